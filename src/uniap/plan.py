@@ -1,0 +1,171 @@
+"""The plan file: the only contract between planning and running (schema `uniap.plan/1`).
+
+A plan names the model (with its full architecture config, so the runtime can rebuild it), the
+cluster, the workload, the pipeline, each stage's ranks and layer range, each layer's strategy, and
+what the cost model predicts. The fingerprint ties a plan to one model and one world size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from uniap.errors import UniapError
+from uniap.spec.model import ModelConfig
+from uniap.strategies import Strategy
+
+SCHEMA = "uniap.plan/1"
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    index: int
+    ranks: tuple[int, ...]
+    layers: tuple[int, int]  # first, last (inclusive) layer index of the chain
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    index: int
+    name: str
+    stage: int
+    strategy: Strategy
+
+
+@dataclass
+class Plan:
+    model: dict  # name, layers, parameters, seq_len, config (ModelConfig as dict)
+    cluster: dict  # name, devices, nodes, devices_per_node
+    workload: dict  # global_batch, seq_len, precision
+    pipeline: dict  # degree, micro_batches, schedule
+    stages: list[StagePlan]
+    layers: list[LayerPlan]
+    predicted: dict = field(default_factory=dict)
+    search: dict | None = None
+
+    # -- identity -------------------------------------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        return int(self.cluster["devices"])
+
+    def model_config(self) -> ModelConfig:
+        cfg = dict(self.model["config"])
+        if "depths" in cfg:
+            cfg["depths"] = tuple(cfg["depths"])
+        try:
+            return ModelConfig(**cfg)
+        except TypeError as exc:
+            raise UniapError(f"plan's model config is malformed: {exc}") from None
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.model_config(), int(self.model["seq_len"]), self.world_size)
+
+    # -- JSON ---------------------------------------------------------------------------------
+    def to_json(self) -> dict:
+        out = {
+            "schema": SCHEMA,
+            "fingerprint": self.fingerprint,
+            "model": self.model,
+            "cluster": self.cluster,
+            "workload": self.workload,
+            "pipeline": self.pipeline,
+            "stages": [{"index": s.index, "ranks": list(s.ranks), "layers": list(s.layers)} for s in self.stages],
+            "layers": [{"index": l.index, "name": l.name, "stage": l.stage, "strategy": l.strategy.to_json()}
+                       for l in self.layers],
+            "predicted": self.predicted,
+        }
+        if self.search is not None:
+            out["search"] = self.search
+        return out
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.dumps() + "\n")
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Plan":
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise UniapError(f"not a uniap plan (expected schema {SCHEMA!r})")
+        try:
+            plan = cls(
+                model=dict(data["model"]),
+                cluster=dict(data["cluster"]),
+                workload=dict(data["workload"]),
+                pipeline=dict(data["pipeline"]),
+                stages=[StagePlan(int(s["index"]), tuple(int(r) for r in s["ranks"]),
+                                  (int(s["layers"][0]), int(s["layers"][1]))) for s in data["stages"]],
+                layers=[LayerPlan(int(l["index"]), str(l["name"]), int(l["stage"]),
+                                  Strategy.from_json(l["strategy"])) for l in data["layers"]],
+                predicted=dict(data.get("predicted", {})),
+                search=data.get("search"),
+            )
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise UniapError(f"malformed plan: missing or bad field {exc}") from None
+        plan.validate()
+        given = data.get("fingerprint")
+        if given is not None and given != plan.fingerprint:
+            raise UniapError("plan fingerprint does not match its model/cluster (edited by hand?)")
+        return plan
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Plan":
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise UniapError(f"cannot read plan {path}: {exc.strerror}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UniapError(f"plan {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+        return cls.from_json(data)
+
+    # -- consistency ----------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Structural checks a hand-edited plan must pass before anything runs it."""
+        n = self.world_size
+        degree = int(self.pipeline["degree"])
+        if degree != len(self.stages) or degree < 1:
+            raise UniapError(f"pipeline degree {degree} but {len(self.stages)} stages listed")
+        if n % degree:
+            raise UniapError(f"pipeline degree {degree} does not divide the {n} devices")
+        if int(self.pipeline["micro_batches"]) < 1:
+            raise UniapError("micro_batches must be >= 1")
+        if self.pipeline.get("schedule") not in ("gpipe", "1f1b"):
+            raise UniapError(f"unknown schedule {self.pipeline.get('schedule')!r} (gpipe or 1f1b)")
+        ranks = sorted(r for s in self.stages for r in s.ranks)
+        if ranks != list(range(n)):
+            raise UniapError(f"stage ranks must cover 0..{n - 1} exactly once")
+        expect = 0
+        for i, stage in enumerate(self.stages):
+            first, last = stage.layers
+            if stage.index != i or first != expect or last < first:
+                raise UniapError(f"stage {i}: layers must be contiguous and ordered (got {first}..{last})")
+            expect = last + 1
+        if expect != len(self.layers) or int(self.model["layers"]) != len(self.layers):
+            raise UniapError(f"stages cover {expect} layers but the model has {self.model['layers']}")
+        for layer in self.layers:
+            stage = self.stages[layer.stage] if 0 <= layer.stage < degree else None
+            if stage is None or not stage.layers[0] <= layer.index <= stage.layers[1]:
+                raise UniapError(f"layer {layer.index} ({layer.name}) is not inside its stage {layer.stage}")
+            if layer.strategy.devices != len(stage.ranks):
+                raise UniapError(f"layer {layer.index}: dp×tp = {layer.strategy.devices} but its stage has "
+                                 f"{len(stage.ranks)} ranks")
+
+    def check_matches(self, config: ModelConfig, seq_len: int, world_size: int) -> None:
+        """Refuse to run a plan made for another model or world size."""
+        if world_size != self.world_size:
+            raise UniapError(f"plan is for {self.world_size} ranks but the world has {world_size}")
+        if fingerprint(config, seq_len, world_size) != self.fingerprint:
+            raise UniapError(f"plan was made for model {self.model['name']!r}, not {config.name!r}")
+
+
+def fingerprint(config: ModelConfig, seq_len: int, world_size: int) -> str:
+    """Short stable hash of what a plan depends on: the architecture, sequence length and world size."""
+    arch = {k: v for k, v in asdict(config).items() if k != "name"}
+    blob = json.dumps({"arch": arch, "seq_len": seq_len, "world": world_size}, sort_keys=True, default=list)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

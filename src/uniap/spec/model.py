@@ -1,0 +1,95 @@
+"""A model as the planner sees it: an architecture config and the chain of layers it becomes.
+
+The chain is what the cost model prices and the solver places; every figure is per *sample*
+(one sequence or one image) so the cost model can scale it by any micro-batch size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture figures (no weights). Field names are ours; `spec.hf` maps Hugging Face names to them."""
+
+    name: str
+    family: str  # gpt2 | llama | bert | t5 | vit | swin
+    layers: int  # transformer blocks (T5: encoder blocks; Swin: sum of `depths`)
+    hidden: int
+    heads: int
+    ffn: int  # MLP inner size
+    vocab: int = 0  # 0 for vision models
+    kv_heads: int = 0  # 0 means == heads (no grouped-query attention)
+    max_seq: int = 1024  # default sequence length (positions); vision: derived from image/patch
+    decoder_layers: int = 0  # T5 decoder blocks
+    gated_mlp: bool = False  # SwiGLU (Llama): three FFN matrices instead of two
+    tied_embeddings: bool = False  # head shares the embedding matrix
+    norm: str = "layernorm"  # layernorm | rmsnorm
+    bias: bool = True  # linear layers carry biases
+    learned_positions: bool = True  # GPT-2/BERT/ViT position table; Llama uses RoPE (no parameters)
+    image_size: int = 0  # vision
+    patch_size: int = 0
+    channels: int = 3
+    num_classes: int = 0
+    depths: tuple[int, ...] = ()  # Swin blocks per stage
+    window: int = 7  # Swin attention window
+    type_vocab: int = 0  # BERT token types
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One placeable layer of the chain, with everything the cost model needs, per sample.
+
+    Activation figures follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+    Transformer Models", Megatron-LM): bytes kept for backward per layer with 16-bit activations,
+    split into the part tensor parallelism shards (`act_tp`), the part it leaves replicated unless
+    sequence parallelism is on (`act_other`), and the attention-score part that flash attention
+    removes (`act_scores`). fp32 activations double them (see cost.memory).
+    """
+
+    name: str  # "embed", "block.3", "enc.0", "dec.5", "swin.2.1", "head", ...
+    kind: str  # embedding | block | head | patch_embed | merge | ...
+    params: int  # parameters held by this layer
+    tp_params: int  # of those, the ones tensor parallelism shards (norms and some biases stay replicated)
+    flops: float  # forward FLOPs per sample (2·m·n·k per matmul, plus attention scores and values)
+    tokens: int  # positions processed per sample (sequence length, patches, windows × tokens)
+    width: int  # hidden size of the activation flowing through this layer
+    act_tp: float  # bytes/sample kept for backward that tp shards
+    act_other: float  # bytes/sample kept for backward that tp leaves replicated (sp shards them)
+    act_scores: float  # bytes/sample of attention scores/softmax/dropout kept (0 with flash attention)
+    act_input: float  # bytes/sample of the layer input: all a recomputed layer keeps
+    out_elems: int  # elements/sample of the activation handed to the next layer
+    tp_comm_elems: int  # elements/sample all-reduced by tp in forward (2·s·h for a Megatron block); same backward
+    tp_divides: tuple[int, ...] = ()  # sizes a tp degree must divide (heads, kv heads, ffn, vocab)
+    signature: tuple = field(default=())  # equal signatures => identical layers (the solver folds them)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model ready for costing: its config, the sequence length used, and its layer chain."""
+
+    config: ModelConfig
+    seq_len: int
+    layers: tuple[LayerSpec, ...]
+    tied_params: int = 0  # parameters held by two layers (tied embedding and head): counted once in `parameters`
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def parameters(self) -> int:
+        return sum(layer.params for layer in self.layers) - self.tied_params
+
+    def flops_per_sample(self) -> float:
+        """Forward FLOPs of one sample through the whole chain."""
+        return sum(layer.flops for layer in self.layers)
