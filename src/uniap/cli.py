@@ -1,0 +1,187 @@
+"""`uniap` command line. Thin: parse, call the library, print. Bad input becomes one line on stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from typing import Optional
+
+import click
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from uniap.errors import UniapError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Find the fastest way to train a transformer on a cluster (UniAP MIQP), then train it.")
+out = Console()
+
+
+class Fmt(str, Enum):
+    table = "table"
+    json = "json"
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    fp16 = "fp16"
+    bf16 = "bf16"
+
+
+class Schedule(str, Enum):
+    gpipe = "gpipe"
+    f1b = "1f1b"
+
+
+class Recompute(str, Enum):
+    none = "none"
+    full = "full"
+
+
+MODEL = typer.Option(..., "--model", "-m", help="Zoo name (see `uniap models`) or a Hugging Face config.json.")
+CLUSTER = typer.Option(..., "--cluster", "-c", help="PRESET:NODESxDEVICES (see `uniap clusters`) or a YAML file.")
+BATCH = typer.Option(..., "--global-batch", "-b", help="Samples per iteration.")
+SEQ = typer.Option(None, "--seq-len", "-s", help="Sequence length (default: the model's).")
+PREC = typer.Option(Precision.bf16, "--precision", help="fp32, or mixed precision fp16/bf16.")
+SCHED = typer.Option(Schedule.f1b, "--schedule", help="Pipeline schedule.")
+FMT = typer.Option(Fmt.table, "--format", "-f", help="table for people, json for programs.")
+
+
+def _emit_json(obj: dict) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+
+
+def _workload(model_name: str, cluster_text: str, global_batch: int, seq_len: Optional[int], precision: Precision):
+    from uniap.spec import load_model
+    from uniap.spec.cluster import load_cluster
+    from uniap.spec.workload import Workload
+
+    model = load_model(model_name, seq_len)
+    cluster = load_cluster(cluster_text)
+    return model, cluster, Workload(global_batch, model.seq_len, precision.value)
+
+
+@app.command()
+def models(fmt: Fmt = FMT) -> None:
+    """List the model zoo (published architecture figures, no weights)."""
+    from uniap.spec import load_model, zoo_names
+
+    rows = []
+    for name in zoo_names():
+        spec = load_model(name)
+        c = spec.config
+        rows.append({"name": name, "family": c.family, "layers": c.layers + c.decoder_layers, "hidden": c.hidden,
+                     "heads": c.heads, "parameters": spec.parameters, "seq_len": spec.seq_len})
+    if fmt is Fmt.json:
+        _emit_json({"models": rows})
+        return
+    table = Table(title="model zoo")
+    for col in ("name", "family", "layers", "hidden", "heads", "parameters", "seq_len"):
+        table.add_column(col, justify="left" if col in ("name", "family") else "right")
+    for r in rows:
+        table.add_row(r["name"], r["family"], str(r["layers"]), str(r["hidden"]), str(r["heads"]),
+                      f"{r['parameters'] / 1e9:.3f} B" if r["parameters"] >= 1e9 else f"{r['parameters'] / 1e6:.1f} M",
+                      str(r["seq_len"]))
+    out.print(table)
+
+
+@app.command()
+def clusters(fmt: Fmt = FMT) -> None:
+    """List cluster presets; use them as PRESET:NODESxDEVICES, e.g. a100-80g:4x8."""
+    from uniap.spec.cluster import DEVICE_TYPES
+
+    rows = [{"preset": key, "device": d.name, "memory_gb": d.memory_bytes / 1e9,
+             "peak_tflops": {p: f / 1e12 for p, f in d.peak_flops.items() if f > 0},
+             "intra_gbps": d.intra.bandwidth / 1e9, "inter_gbps": d.inter.bandwidth / 1e9}
+            for key, d in sorted(DEVICE_TYPES.items())]
+    if fmt is Fmt.json:
+        _emit_json({"clusters": rows})
+        return
+    table = Table(title="cluster presets (per device)")
+    for col in ("preset", "device", "memory", "peak TFLOP/s", "intra-node GB/s", "inter-node GB/s"):
+        table.add_column(col)
+    for r in rows:
+        peaks = ", ".join(f"{p} {v:g}" for p, v in r["peak_tflops"].items())
+        table.add_row(r["preset"], r["device"], f"{r['memory_gb']:g} GB", peaks, f"{r['intra_gbps']:g}",
+                      f"{r['inter_gbps']:g}")
+    out.print(table)
+
+
+@app.command()
+def estimate(
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Zoo name or Hugging Face config.json."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="PRESET:NODESxDEVICES or a YAML file."),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch", "-b", help="Samples per iteration."),
+    seq_len: Optional[int] = SEQ,
+    precision: Precision = PREC,
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree."),
+    pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree."),
+    dp: Optional[int] = typer.Option(None, "--dp", help="Data-parallel degree (default: devices / (tp·pp))."),
+    zero: int = typer.Option(0, "--zero", help="ZeRO stage 0–3 over the dp group."),
+    micro_batch_size: Optional[int] = typer.Option(None, "--micro-batch-size", help="Samples per device per micro-batch (default 1)."),
+    micro_batches: Optional[int] = typer.Option(None, "--micro-batches", help="Micro-batches per iteration (instead of --micro-batch-size)."),
+    recompute: Recompute = typer.Option(Recompute.none, "--recompute", help="Activation recomputation of the blocks."),
+    schedule: Schedule = SCHED,
+    sequence_parallel: bool = typer.Option(False, "--sequence-parallel", help="Megatron sequence parallelism (tp > 1)."),
+    plan: Optional[str] = typer.Option(None, "--plan", help="Re-cost a plan file instead of a uniform configuration."),
+    fmt: Fmt = FMT,
+) -> None:
+    """Cost a hand-written uniform configuration (tp/pp/dp/ZeRO/micro-batches), or re-cost a plan file."""
+    from uniap.estimate import cost_plan, estimate_uniform, predict, workload_of
+    from uniap.plan import Plan
+    from uniap.spec.cluster import load_cluster
+    from uniap.views import print_prediction
+
+    if plan is not None:
+        result = Plan.load(plan)
+        spec = _model_from_plan(result)
+        clus = load_cluster(cluster or result.cluster["name"])
+        if clus.devices != result.world_size:
+            raise UniapError(f"plan is for {result.world_size} devices but cluster {clus.name} has {clus.devices}")
+        program, stage_of, strategy_of = cost_plan(result, spec, clus)
+        result.predicted = predict(spec, clus, workload_of(result), program, stage_of, strategy_of)
+    else:
+        missing = [flag for flag, v in (("--model", model), ("--cluster", cluster), ("--global-batch", global_batch))
+                   if v is None]
+        if missing:
+            raise UniapError(f"estimate needs {', '.join(missing)} (or --plan)")
+        spec, clus, workload = _workload(model, cluster, global_batch, seq_len, precision)
+        result = estimate_uniform(spec, clus, workload, tp=tp, pp=pp, dp=dp, zero=zero,
+                                  micro_batch_size=micro_batch_size, micro_batches=micro_batches,
+                                  recompute=recompute is Recompute.full, sequence_parallel=sequence_parallel,
+                                  schedule=schedule.value)
+    if fmt is Fmt.json:
+        _emit_json(result.to_json())
+    else:
+        print_prediction(result, f"{result.model['name']} on {result.cluster['name']}")
+
+
+def _model_from_plan(plan):
+    """The model a plan was made for, rebuilt from the architecture it carries."""
+    from uniap.spec.families import build_layers
+
+    return build_layers(plan.model_config(), int(plan.model["seq_len"]))
+
+
+def main() -> None:
+    try:
+        rc = app(standalone_mode=False)
+    except UniapError as exc:
+        print(f"uniap: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except click.exceptions.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        print("uniap: aborted", file=sys.stderr)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        print("uniap: interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(rc if isinstance(rc, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""Cost tables of one pipeline configuration: the numpy arrays the solver optimises over.
+
+For P stages of d = N/P devices each and c micro-batches of B/c samples, every (layer u,
+strategy k) gets A (fwd+bwd per micro-batch), G (once per iteration, not hidden by the pipeline),
+Ms (static bytes), Ma (activation bytes per in-flight micro-batch); every adjacent pair gets R
+(resharding inside a stage) and Rp (send across a stage boundary). One function builds them for
+the planner, `estimate`, the baselines and the report alike, so a plan costs the same everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from uniap.cost import comm
+from uniap.cost.compute import fwd_bwd_time, optimizer_time
+from uniap.cost.memory import activation_bytes_per_sample, params_per_device, static_bytes
+from uniap.errors import UniapError
+from uniap.solve.program import StageProgram
+from uniap.spec.cluster import ClusterSpec, Link
+from uniap.spec.model import LayerSpec, ModelSpec
+from uniap.spec.workload import Workload, inflight
+from uniap.strategies import Strategy
+
+NOT_RECOMPUTABLE = ("embedding", "head", "patch_embed")
+
+
+@dataclass(frozen=True)
+class StageLinks:
+    """The slowest link each kind of group spans, over all stages of one size (stages share tables)."""
+
+    tp: dict[int, Link]  # by tp degree: contiguous ranks
+    dp: dict[int, Link]  # by tp degree (dp group = stride tp across the stage)
+    stage: Link  # all ranks of one stage (resharding between layouts)
+    boundary: Link  # sender → receiver across a stage boundary
+
+
+def stage_links(cluster: ClusterSpec, stages: int, strategies: list[Strategy]) -> StageLinks:
+    d = cluster.devices // stages
+    starts = range(0, cluster.devices, d)
+    tp_links, dp_links = {}, {}
+    for tp in sorted({s.tp for s in strategies}):
+        tp_groups = [range(st + j, st + j + tp) for st in starts for j in range(0, d, tp)]
+        dp_groups = [range(st + j, st + d, tp) for st in starts for j in range(tp)]
+        tp_links[tp] = _slowest(cluster, tp_groups)
+        dp_links[tp] = _slowest(cluster, dp_groups)
+    stage = _slowest(cluster, [range(st, st + d) for st in starts])
+    boundary = _slowest(cluster, [(r, r + d) for st in starts[:-1] for r in range(st, st + d)]) \
+        if stages > 1 else cluster.device.intra
+    return StageLinks(tp_links, dp_links, stage, boundary)
+
+
+def _slowest(cluster: ClusterSpec, groups) -> Link:
+    return min((cluster.group_link(g) for g in groups), key=lambda link: link.bandwidth, default=cluster.device.intra)
+
+
+def disallowed(layer: LayerSpec, s: Strategy, micro_batch: int) -> str | None:
+    """Why layer cannot run under s (None if it can): dp must split the micro-batch, tp must divide
+    heads/FFN/…, sp the tokens; embeddings and heads are not recomputed."""
+    if micro_batch % s.dp:
+        return f"dp {s.dp} does not divide the micro-batch of {micro_batch} samples"
+    for size in layer.tp_divides:
+        if size % s.tp:
+            return f"tp {s.tp} does not divide {size} ({layer.name}: heads, FFN or vocabulary)"
+    if s.sp and layer.tokens % s.tp:
+        return f"sequence parallel tp {s.tp} does not divide the {layer.tokens} tokens of {layer.name}"
+    if s.recompute and layer.kind in NOT_RECOMPUTABLE:
+        return f"{layer.name} ({layer.kind}) is not recomputed"
+    return None
+
+
+def layer_cost(layer: LayerSpec, s: Strategy, micro_batch: int, cluster: ClusterSpec, workload: Workload,
+               links: StageLinks) -> tuple[float, float, float, float]:
+    """(A, G, Ms, Ma) of one layer under one strategy; see the module docstring."""
+    device = cluster.device
+    samples = micro_batch / s.dp  # per device
+    act_bytes = workload.act_bytes
+    compute = fwd_bwd_time(device, cluster.peak(workload.precision), layer.flops * samples / s.tp, s.recompute)
+
+    # Tensor parallelism: the forward's all-reduces (reduce-scatter + all-gather with sp: same volume),
+    # the same again in backward, and once more when the forward is recomputed. Not overlapped.
+    tp_bytes = layer.tp_comm_elems * samples * act_bytes
+    tp_time = (3.0 if s.recompute else 2.0) * comm.all_reduce(tp_bytes, s.tp, links.tp[s.tp])
+
+    # Data parallelism over the dp group (ZeRO stages as in Rajbhandari et al. 2020).
+    grad_bytes = params_per_device(layer, s) * (4.0 if workload.precision == "fp32" else 2.0)
+    dp_link = links.dp[s.tp]
+    per_micro = 0.0  # overlapped with this layer's compute (FSDP prefetch / async reduce-scatter)
+    if s.zero >= 2:
+        per_micro += comm.reduce_scatter(grad_bytes, s.dp, dp_link)
+    if s.zero >= 3:
+        per_micro += 2 * comm.all_gather(grad_bytes, s.dp, dp_link)  # params gathered for fwd and bwd
+    if s.zero <= 1:
+        sync = comm.all_reduce(grad_bytes, s.dp, dp_link)
+    elif s.zero == 2:
+        sync = comm.all_gather(grad_bytes, s.dp, dp_link)  # updated shards gathered back
+    else:
+        sync = 0.0
+    shard = params_per_device(layer, s) / (s.dp if s.zero >= 1 else 1)
+    once = sync + optimizer_time(device, shard)
+
+    A = max(compute, per_micro) + tp_time
+    Ms = static_bytes(layer, s, workload.precision)
+    Ma = samples * activation_bytes_per_sample(layer, s, workload.precision, flash_attention=device.kind == "cuda")
+    return A, once, Ms, Ma
+
+
+def shards(s: Strategy) -> int:
+    """Into how many pieces the inter-layer activation is split: dp by batch, × tp by sequence with sp."""
+    return s.dp * (s.tp if s.sp else 1)
+
+
+def reshard_time(nbytes: float, a: Strategy, b: Strategy, link: Link) -> float:
+    """Moving an activation of `nbytes` (whole micro-batch) from layout a to layout b, plus its gradient back.
+
+    Fewer pieces on the receiving side means gathering (forward), more means slicing locally
+    (forward) and gathering the gradient (backward): either way one gather of the difference.
+    Equal piece counts with different layouts (sp vs batch split) need an all-to-all each way.
+    """
+    if a.layout == b.layout:
+        return 0.0
+    sa, sb = shards(a), shards(b)
+    if sa == sb:
+        return 2 * comm.all_to_all(nbytes / sa, max(a.tp, b.tp), link)
+    lo, hi = min(sa, sb), max(sa, sb)
+    return comm.all_gather(nbytes / lo, hi // lo, link)
+
+
+def send_time(nbytes: float, a: Strategy, b: Strategy, link: Link) -> float:
+    """Activation to the next stage (each receiver gets its own piece) and its gradient back."""
+    return comm.p2p(nbytes / shards(b), link) + comm.p2p(nbytes / shards(a), link)
+
+
+def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, stages: int, micro_batches: int,
+                  strategies: list[Strategy], schedule: str = "1f1b") -> StageProgram:
+    """Tables for P = `stages` stages and c = `micro_batches`, over `strategies` (all with dp·tp = N/P)."""
+    n = cluster.devices
+    if stages < 1 or n % stages:
+        raise UniapError(f"pipeline degree {stages} does not divide the {n} devices")
+    if stages > len(model.layers):
+        raise UniapError(f"pipeline degree {stages} exceeds the model's {len(model.layers)} layers")
+    if micro_batches < 1 or workload.global_batch % micro_batches:
+        raise UniapError(f"global batch {workload.global_batch} does not split into {micro_batches} micro-batches")
+    d = n // stages
+    bad = [s for s in strategies if s.devices != d]
+    if bad:
+        raise UniapError(f"strategy {bad[0].label()} uses {bad[0].devices} devices but a stage has {d}")
+    micro = workload.global_batch // micro_batches
+    links = stage_links(cluster, stages, strategies)
+    L, K = len(model.layers), len(strategies)
+    A, G, Ms, Ma = (np.zeros((L, K)) for _ in range(4))
+    ok = np.zeros((L, K), dtype=bool)
+    cache: dict[tuple, tuple] = {}
+    for u, layer in enumerate(model.layers):
+        for k, s in enumerate(strategies):
+            key = (layer.signature or (u,), k)
+            if key not in cache:
+                good = disallowed(layer, s, micro) is None
+                cache[key] = (good, layer_cost(layer, s, micro, cluster, workload, links) if good else (0, 0, 0, 0))
+            ok[u, k], (A[u, k], G[u, k], Ms[u, k], Ma[u, k]) = cache[key]
+    R = np.zeros((max(L - 1, 0), K, K))
+    Rp = np.zeros((max(L - 1, 0), K, K))
+    pair_cache: dict[float, tuple[np.ndarray, np.ndarray]] = {}
+    for u in range(L - 1):
+        nbytes = model.layers[u].out_elems * micro * workload.act_bytes
+        if nbytes not in pair_cache:
+            r = np.array([[reshard_time(nbytes, a, b, links.stage) for b in strategies] for a in strategies])
+            rp = np.array([[send_time(nbytes, a, b, links.boundary) for b in strategies] for a in strategies])
+            pair_cache[nbytes] = (r, rp)
+        R[u], Rp[u] = pair_cache[nbytes]
+    groups = _group_ids(model.layers)
+    return StageProgram(A=A, G=G, Ms=Ms, Ma=Ma, R=R, Rp=Rp, allowed=ok, stages=stages, micro_batches=micro_batches,
+                        inflight=np.array(inflight(schedule, stages, micro_batches), dtype=float),
+                        memory_capacity=cluster.memory_capacity, group=groups)
+
+
+def _group_ids(layers) -> np.ndarray:
+    """Consecutive layers with one signature share a group id: the solver folds them."""
+    ids, current, last = [], -1, object()
+    for layer in layers:
+        sig = layer.signature or object()
+        if sig != last:
+            current += 1
+        ids.append(current)
+        last = sig
+    return np.array(ids, dtype=int)

@@ -1,0 +1,165 @@
+"""Predicted figures of an assignment (stage and strategy per layer), and the uniform hand configuration.
+
+`estimate` costs what Megatron/torchtitan users write by hand (one tp/pp/dp/ZeRO for all layers, an
+even split of the blocks); the planner and `estimate --plan` cost any assignment. All three go
+through `cost.tables.build_program` and `solve.program.evaluate`, so one plan has one predicted time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+
+import numpy as np
+
+from uniap.cost.tables import build_program, disallowed
+from uniap.errors import UniapError
+from uniap.plan import LayerPlan, Plan, StagePlan
+from uniap.solve.program import StageProgram, evaluate, stage_times
+from uniap.spec.cluster import ClusterSpec
+from uniap.spec.model import ModelSpec
+from uniap.spec.workload import Workload
+from uniap.strategies import Strategy
+
+EDGE_KINDS = ("embedding", "patch_embed", "head")
+
+
+def uniform_split(model: ModelSpec, stages: int) -> np.ndarray:
+    """Megatron's split: the body layers evenly over the stages, embedding on the first, head on the last."""
+    body = [u for u, layer in enumerate(model.layers) if layer.kind not in EDGE_KINDS]
+    if stages > len(body):
+        raise UniapError(f"pipeline degree {stages} exceeds the {len(body)} blocks of {model.name}")
+    stage_of = np.zeros(len(model.layers), dtype=int)
+    for i, u in enumerate(body):
+        stage_of[u] = i * stages // len(body)
+    for u, layer in enumerate(model.layers):
+        if layer.kind in EDGE_KINDS:
+            stage_of[u] = 0 if u < body[0] else stages - 1
+    return stage_of
+
+
+def uniform_assignment(model: ModelSpec, stages: int, strategy: Strategy, micro_batch: int
+                       ) -> tuple[list[Strategy], np.ndarray, np.ndarray]:
+    """One strategy for every layer (recompute only where a layer can be recomputed).
+
+    Raises the first reason a layer cannot take the strategy (e.g. tp not dividing the heads).
+    """
+    plain = Strategy(strategy.dp, strategy.tp, strategy.zero, False, strategy.sp)
+    strategies = [strategy] if plain == strategy else [strategy, plain]
+    strategy_of = np.zeros(len(model.layers), dtype=int)
+    for u, layer in enumerate(model.layers):
+        why = disallowed(layer, strategy, micro_batch)
+        if why and strategy.recompute and disallowed(layer, plain, micro_batch) is None:
+            strategy_of[u] = 1
+        elif why:
+            raise UniapError(why)
+    return strategies, uniform_split(model, stages), strategy_of
+
+
+def predict(model: ModelSpec, cluster: ClusterSpec, workload: Workload, program: StageProgram,
+            stage_of: np.ndarray, strategy_of: np.ndarray) -> dict:
+    """The `predicted` section of the plan contract."""
+    times = stage_times(program, stage_of, strategy_of)
+    tpi = evaluate_unchecked(program, stage_of, strategy_of)
+    peak = times.memory + cluster.device.reserve_bytes
+    model_flops = 3.0 * model.flops_per_sample() * workload.global_batch  # fwd + bwd, recompute not counted
+    n = cluster.devices
+    per_device = model_flops / tpi / n
+    return {
+        "iteration_time_s": tpi,
+        "samples_per_s": workload.global_batch / tpi,
+        "tokens_per_s": workload.global_batch * model.seq_len / tpi,
+        "model_tflops_per_device": per_device / 1e12,
+        "mfu": per_device / cluster.peak(workload.precision),
+        "peak_memory_bytes": [int(m) for m in peak],
+        "memory_capacity_bytes": int(cluster.device.memory_bytes),
+        "fits": bool(np.all(times.memory <= program.memory_capacity)),
+        "stage_time_s": [float(p) for p in times.p],
+    }
+
+
+def evaluate_unchecked(program: StageProgram, stage_of: np.ndarray, strategy_of: np.ndarray) -> float:
+    """TPI ignoring memory, so that a configuration that does not fit still gets a time (estimate reports both)."""
+    return evaluate(replace(program, memory_capacity=np.inf), stage_of, strategy_of)
+
+
+def make_plan(model: ModelSpec, cluster: ClusterSpec, workload: Workload, schedule: str, micro_batches: int,
+              strategies: list[Strategy], stage_of: np.ndarray, strategy_of: np.ndarray, predicted: dict,
+              search: dict | None = None) -> Plan:
+    stages = int(stage_of.max()) + 1
+    d = cluster.devices // stages
+    stage_plans = []
+    for i in range(stages):
+        members = np.flatnonzero(stage_of == i)
+        stage_plans.append(StagePlan(i, tuple(range(i * d, (i + 1) * d)), (int(members[0]), int(members[-1]))))
+    layers = [LayerPlan(u, layer.name, int(stage_of[u]), strategies[int(strategy_of[u])])
+              for u, layer in enumerate(model.layers)]
+    return Plan(
+        model={"name": model.name, "layers": len(model.layers), "parameters": model.parameters,
+               "seq_len": model.seq_len, "config": _config_json(model)},
+        cluster={"name": cluster.name, "devices": cluster.devices, "nodes": cluster.nodes,
+                 "devices_per_node": cluster.devices_per_node},
+        workload=workload.to_json(),
+        pipeline={"degree": stages, "micro_batches": micro_batches, "schedule": schedule},
+        stages=stage_plans, layers=layers, predicted=predicted, search=search)
+
+
+def _config_json(model: ModelSpec) -> dict:
+    cfg = asdict(model.config)
+    cfg["depths"] = list(cfg["depths"])
+    return cfg
+
+
+def cost_plan(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> tuple[StageProgram, np.ndarray, np.ndarray]:
+    """Tables and assignment of an existing plan, so `estimate --plan` re-costs it exactly."""
+    workload = workload_of(plan)
+    strategies = sorted({layer.strategy for layer in plan.layers})
+    index = {s: k for k, s in enumerate(strategies)}
+    stage_of = np.array([layer.stage for layer in plan.layers])
+    strategy_of = np.array([index[layer.strategy] for layer in plan.layers])
+    micro = workload.global_batch // int(plan.pipeline["micro_batches"])
+    for layer, spec in zip(plan.layers, model.layers):
+        why = disallowed(spec, layer.strategy, micro)
+        if why:
+            raise UniapError(f"plan layer {layer.index}: {why}")
+    program = build_program(model, cluster, workload, len(plan.stages), int(plan.pipeline["micro_batches"]),
+                            strategies, str(plan.pipeline["schedule"]))
+    return program, stage_of, strategy_of
+
+
+def workload_of(plan: Plan) -> Workload:
+    w = plan.workload
+    return Workload(int(w["global_batch"]), int(w["seq_len"]), str(w["precision"]))
+
+
+def estimate_uniform(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, tp: int = 1, pp: int = 1,
+                     dp: int | None = None, zero: int = 0, micro_batch_size: int | None = None,
+                     micro_batches: int | None = None, recompute: bool = False, sequence_parallel: bool = False,
+                     schedule: str = "1f1b") -> Plan:
+    """Cost a Megatron-style configuration: Megatron's micro-batch size is per device, so c = B / (dp·b)."""
+    n = cluster.devices
+    if tp < 1 or pp < 1:
+        raise UniapError("--tp and --pp must be >= 1")
+    if dp is None:
+        if n % (tp * pp):
+            raise UniapError(f"tp·pp = {tp * pp} does not divide the {n} devices of {cluster.name}")
+        dp = n // (tp * pp)
+    if dp * tp * pp != n:
+        raise UniapError(f"dp·tp·pp = {dp}·{tp}·{pp} = {dp * tp * pp} but {cluster.name} has {n} devices")
+    batch = workload.global_batch
+    if micro_batches is not None and micro_batch_size is not None:
+        raise UniapError("give --micro-batch-size or --micro-batches, not both")
+    if micro_batches is None:
+        mbs = micro_batch_size or 1
+        if mbs < 1 or batch % (dp * mbs):
+            raise UniapError(f"global batch {batch} does not split into dp {dp} × micro-batch size {mbs}")
+        micro_batches = batch // (dp * mbs)
+    if micro_batches < 1 or batch % micro_batches:
+        raise UniapError(f"global batch {batch} does not split into {micro_batches} micro-batches")
+    micro = batch // micro_batches
+    if micro % dp:
+        raise UniapError(f"a micro-batch of {micro} samples does not split over dp {dp}")
+    strategy = Strategy(dp=dp, tp=tp, zero=zero if dp > 1 else 0, recompute=recompute, sp=sequence_parallel)
+    strategies, stage_of, strategy_of = uniform_assignment(model, pp, strategy, micro)
+    program = build_program(model, cluster, workload, pp, micro_batches, strategies, schedule)
+    predicted = predict(model, cluster, workload, program, stage_of, strategy_of)
+    return make_plan(model, cluster, workload, schedule, micro_batches, strategies, stage_of, strategy_of, predicted)

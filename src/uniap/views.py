@@ -1,0 +1,71 @@
+"""Human views of plans and predictions (rich tables). JSON views are the plan contract itself."""
+
+from __future__ import annotations
+
+from itertools import groupby
+
+from rich.console import Console
+from rich.table import Table
+
+from uniap.plan import Plan
+
+GB = 1e9
+
+
+def fmt_time(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.3f} s"
+    return f"{seconds * 1e3:.2f} ms"
+
+
+def strategy_runs(plan: Plan, stage: int) -> str:
+    """Run-length grouped strategies of one stage, e.g. `embed: dp8·z3 | block.0-block.9: tp2·dp4 ×10`."""
+    layers = [layer for layer in plan.layers if layer.stage == stage]
+    parts = []
+    for strategy, run in groupby(layers, key=lambda layer: layer.strategy):
+        run = list(run)
+        names = run[0].name if len(run) == 1 else f"{run[0].name}–{run[-1].name}"
+        parts.append(f"{names}: {strategy.label()}" + (f" ×{len(run)}" if len(run) > 1 else ""))
+    return "\n".join(parts)
+
+
+def plan_table(plan: Plan, title: str) -> Table:
+    pred = plan.predicted
+    capacity = pred.get("memory_capacity_bytes")
+    table = Table(title=title, title_justify="left")
+    table.add_column("stage", justify="right")
+    table.add_column("ranks")
+    table.add_column("layers")
+    table.add_column("strategies (run-length)")
+    table.add_column("time/µbatch", justify="right")
+    table.add_column("memory", justify="right")
+    for stage in plan.stages:
+        mem = pred["peak_memory_bytes"][stage.index]
+        over = capacity is not None and mem > capacity
+        ranks = f"{stage.ranks[0]}–{stage.ranks[-1]}" if len(stage.ranks) > 1 else str(stage.ranks[0])
+        table.add_row(str(stage.index), ranks, f"{stage.layers[0]}–{stage.layers[1]}", strategy_runs(plan, stage.index),
+                      fmt_time(pred["stage_time_s"][stage.index]),
+                      ("[red]" if over else "") + f"{mem / GB:.1f} GB")
+    return table
+
+
+def print_prediction(plan: Plan, title: str, console: Console | None = None) -> None:
+    console = console or Console()
+    pred = plan.predicted
+    pipe = plan.pipeline
+    console.print(plan_table(plan, title))
+    console.print(f"pipeline: {pipe['degree']} stage(s), {pipe['micro_batches']} micro-batch(es), {pipe['schedule']}")
+    console.print(f"iteration time: [bold]{fmt_time(pred['iteration_time_s'])}[/bold]   "
+                  f"{pred['samples_per_s']:.2f} samples/s   {pred['tokens_per_s']:.0f} tokens/s")
+    console.print(f"model TFLOP/s per device: {pred['model_tflops_per_device']:.1f}   MFU: {pred['mfu'] * 100:.1f}%")
+    capacity = pred["memory_capacity_bytes"]
+    worst = max(pred["peak_memory_bytes"])
+    if pred["fits"]:
+        console.print(f"memory: peak {worst / GB:.1f} GB of {capacity / GB:.0f} GB per device — fits")
+    else:
+        console.print(f"[red]memory: peak {worst / GB:.1f} GB of {capacity / GB:.0f} GB per device — does NOT fit "
+                      f"(over by {(worst - capacity) / GB:.1f} GB)[/red]")
+    search = plan.search
+    if search:
+        state = "proven optimal" if search["optimal"] else f"gap {search['gap'] * 100:.2f}%"
+        console.print(f"search: {search['solver']}, {search['candidates']} candidates, {search['time_s']:.2f} s, {state}")
