@@ -7,7 +7,6 @@ import sys
 from enum import Enum
 from typing import Optional
 
-import click
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -166,21 +165,15 @@ def _model_from_plan(plan):
 
 
 def main() -> None:
+    """Console entry point: typer handles usage errors itself; our input errors become one line."""
     try:
-        rc = app(standalone_mode=False)
+        app()
     except UniapError as exc:
         print(f"uniap: error: {exc}", file=sys.stderr)
         sys.exit(2)
-    except click.exceptions.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        print("uniap: aborted", file=sys.stderr)
-        sys.exit(130)
     except KeyboardInterrupt:
         print("uniap: interrupted", file=sys.stderr)
         sys.exit(130)
-    sys.exit(rc if isinstance(rc, int) else 0)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ class ModelConfig:
     depths: tuple[int, ...] = ()  # Swin blocks per stage
     window: int = 7  # Swin attention window
     type_vocab: int = 0  # BERT token types
+    kv_channels: int = 0  # per-head width when heads × it != hidden (GPT-3 13B, T5-3B/11B); 0 = hidden // heads
 
     @property
     def n_kv_heads(self) -> int:
@@ -42,7 +43,7 @@ class ModelConfig:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.kv_channels or self.hidden // self.heads
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,427 @@
+"""Architectures → layer chains: `build_layers(config, seq_len)` turns a ModelConfig into a ModelSpec.
+
+Every figure is per *sample* (one sequence / one image). Notation: s tokens, h hidden, a query heads,
+g key/value heads, d per-head width (a·d is the attention width, = h except GPT-3 13B / T5-3B/11B),
+f FFN inner size, V vocabulary, D = 1 where the model trains with dropout.
+
+FLOPs (forward, per sample)
+    2·m·n·k per matmul. Attention scores QKᵀ and scores·V cost 2·2·s²·(a·d) per block for full attention,
+    causal or not: a causal mask is *not* halved, as Megatron-LM's FLOP formula (Narayanan et al. 2021,
+    eq. 3) and MFU accounting (Chowdhery et al. 2022, app. B) count it. Element-wise work (norms,
+    activations, softmax, residuals) and embedding look-ups count 0. LM head: 2·s·h·V.
+    A GPT block is then 24·s·h² + 4·s²·h and 3 × forward = 72·s·L·h²·(1 + s/6h + V/12hL) (Megatron).
+
+Activations (bytes kept for backward, 16-bit, per sample; Korthikanti et al. 2022, "Reducing Activation
+Recomputation in Large Transformer Models", §4.1). Their standard block keeps s·h·34 + 5·a·s²:
+    act_other   = 10·s·h : inputs of the two norms (2·2sh), of QKV (2sh) and of fc1 (2sh), two dropout
+                  masks (2·sh, 1 byte each). Replicated over tp unless sequence parallel shards them.
+    act_tp      = 24·s·h : Q and K (4sh), V (2sh), attention-projection input (2sh), GeLU input (8sh) and
+                  fc2 input (8sh). Sharded by tp.
+    act_scores  = 5·a·s² : softmax output (2as²), its dropout mask (as²), dropout output (2as²). Sharded by
+                  tp; flash attention removes them.
+    act_input   = 2·s·h  : the block input, all that a fully recomputed block keeps.
+Adaptations, all following the same "what does backward read" rule:
+    * GQA: K and V are s·g·d wide, so they keep 2·2·s·g·d instead of 4sh.
+    * No dropout (Llama; ViT and Swin as Hugging Face and Galvatron configure them, dropout 0.0): no
+      masks, and the softmax output is the very tensor scores·V reads, so act_scores = 2·a·s².
+    * SwiGLU (Llama): the FFN keeps gate and up projections and their product (the down-projection
+      input): 3·2·s·f instead of the GeLU input and output (2·2·s·f). A fused SwiGLU keeps exactly these;
+      unfused eager PyTorch also keeps silu(gate), one more 2·s·f.
+    * RMSNorm keeps its input like LayerNorm (its fp32 1/rms per token, 4·s bytes, is ignored).
+    * T5's FFN has a dropout between its two matrices: + s·f (mask); fc2 reads the dropout output
+      instead of the activation output, so nothing else changes.
+    * Swin's window attention keeps per window (w²)² scores per head: nW·a·w⁴·(2 or 5) bytes.
+
+Tensor parallelism (Megatron, Shoeybi et al. 2019): `tp_params` are the attention/MLP matrices and the
+biases of column-parallel layers (QKV, fc1); row-parallel biases, norms and relative-position tables
+stay replicated. `tp_comm_elems` is what tp all-reduces in the forward pass: s·h per attention or MLP
+sublayer (2·s·h per block, 3·s·h per T5 decoder block), s·h for a vocabulary-parallel embedding, and
+3·s for the vocabulary-parallel cross-entropy of an LM head (max, sum of exponentials and the target
+logit, one scalar per token each, Megatron `vocab_parallel_cross_entropy`). The backward pass of a
+vocabulary-parallel embedding needs no all-reduce and the head's needs one of s·h (its input gradient),
+so "same again in backward" is exact for blocks and, for embed + head together, over by only 3·s.
+Vocabulary: padded as Megatron does (`--make-vocab-size-divisible-by` 128·tp), so vocab is NOT listed
+in `tp_divides`; a tp shard holds ceil(V/tp) rows (the padding, < 128·tp rows, is not counted).
+
+Layer names (the runtime rebuilds the torch model from them):
+    gpt2, llama, bert: embed, block.0 … block.{L-1}, head
+    t5:                embed, enc.0 … enc.{L-1}, dec.0 … dec.{Ld-1}, head
+    vit:               embed, block.0 … block.{L-1}, head
+    swin:              embed, swin.{stage}.{block} …, merge.{stage} between stages, head
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from uniap.errors import UniapError
+from uniap.spec.model import LayerSpec, ModelConfig, ModelSpec
+
+FAMILIES = ("gpt2", "llama", "bert", "t5", "vit", "swin")
+TEXT_FAMILIES = ("gpt2", "llama", "bert", "t5")
+VISION_FAMILIES = ("vit", "swin")
+
+# Which families train with dropout (HF defaults: GPT-2 resid/attn/embd_pdrop 0.1, BERT
+# hidden/attention_probs_dropout_prob 0.1, T5 dropout_rate 0.1; Llama has none; HF ViT and Swin default
+# to 0.0, as do Galvatron's ViT-Huge and Swin-Huge configs).
+DROPOUT = {"gpt2": True, "bert": True, "t5": True, "llama": False, "vit": False, "swin": False}
+
+# T5 relative-attention buckets (HF T5Config.relative_attention_num_buckets default, 32 in every
+# released T5 / T5 v1.1 checkpoint). The bias table (buckets × heads) lives in the first block of the
+# encoder and of the decoder, as in HF `T5Block(has_relative_attention_bias=i == 0)`.
+T5_BUCKETS = 32
+
+ID_BYTES = 8  # token ids are int64
+
+
+@dataclass
+class _Fig:
+    """Figures of one sublayer or layer, summed before they become a LayerSpec."""
+
+    params: int = 0
+    tp_params: int = 0
+    flops: float = 0.0
+    act_tp: float = 0.0
+    act_other: float = 0.0
+    act_scores: float = 0.0
+    comm: int = 0
+
+    def __add__(self, other: "_Fig") -> "_Fig":
+        return _Fig(*(getattr(self, k) + getattr(other, k) for k in self.__dataclass_fields__))
+
+
+def _norm_params(cfg: ModelConfig, width: int) -> int:
+    # LayerNorm: weight + bias; RMSNorm (Llama, T5's T5LayerNorm): weight only.
+    return width if cfg.norm == "rmsnorm" else 2 * width
+
+
+def _attention(cfg: ModelConfig, s: int, h: int, heads: int, kv_heads: int, d: int, *, dropout: bool,
+               pairs: int | None = None) -> _Fig:
+    """Attention sublayer: norm, QKV, scores, output projection, residual dropout (pre- or post-norm
+    keep the same tensors: a norm input, the QKV input, ...).
+
+    `pairs`: query-key pairs per head (s² for full attention; windows × w⁴ for Swin).
+    T5 cross-attention has the same figures: its K and V read the encoder output (same length s here)
+    instead of the norm output, and that tensor is shared by every decoder block of a stage, so it is
+    not counted per block either way.
+    """
+    q_w, kv_w = heads * d, kv_heads * d
+    pairs = s * s if pairs is None else pairs
+    D = 1 if dropout else 0
+    mats = h * q_w + 2 * h * kv_w + q_w * h
+    col_bias = (q_w + 2 * kv_w) if cfg.bias else 0
+    row_bias = h if cfg.bias else 0
+    return _Fig(
+        params=_norm_params(cfg, h) + mats + col_bias + row_bias,
+        tp_params=mats + col_bias,
+        flops=2.0 * s * h * (q_w + 2 * kv_w) + 2.0 * 2.0 * pairs * q_w + 2.0 * s * q_w * h,
+        # Q, K, V and the output-projection input
+        act_tp=2.0 * s * q_w + 2.0 * 2 * s * kv_w + 2.0 * s * q_w,
+        # norm input, QKV input, residual-dropout mask
+        act_other=2.0 * s * h + 2.0 * s * h + D * s * h,
+        act_scores=(2 + 3 * D) * heads * float(pairs),
+        comm=s * h,
+    )
+
+
+def _ffn(cfg: ModelConfig, s: int, h: int, f: int, *, dropout: bool, inner_dropout: bool = False) -> _Fig:
+    """Norm + MLP (two matrices, or three for a gated MLP) + residual dropout."""
+    n_in = 2 if cfg.gated_mlp else 1  # column-parallel input matrices (gate and up, or fc1)
+    D = 1 if dropout else 0
+    mats = (n_in + 1) * h * f
+    col_bias = n_in * f if cfg.bias else 0
+    row_bias = h if cfg.bias else 0
+    kept = (6.0 if cfg.gated_mlp else 4.0) * s * f + (s * f if inner_dropout else 0.0)
+    return _Fig(
+        params=_norm_params(cfg, h) + mats + col_bias + row_bias,
+        tp_params=mats + col_bias,
+        flops=2.0 * s * h * f * (n_in + 1),
+        act_tp=kept,
+        act_other=2.0 * s * h + 2.0 * s * h + D * s * h,  # norm input, fc1 input, dropout mask
+        comm=s * h,
+    )
+
+
+def _signature(kind: str, fig: _Fig, tokens: int, width: int, act_input: float, out_elems: int,
+               divides: tuple[int, ...]) -> tuple:
+    return (kind, fig.params, fig.tp_params, float(fig.flops), tokens, width, float(fig.act_tp),
+            float(fig.act_other), float(fig.act_scores), float(act_input), out_elems, fig.comm, divides)
+
+
+def _layer(name: str, kind: str, fig: _Fig, *, tokens: int, width: int, act_input: float, out_elems: int,
+           divides: tuple[int, ...] = ()) -> LayerSpec:
+    return LayerSpec(
+        name=name, kind=kind, params=int(fig.params), tp_params=int(fig.tp_params), flops=float(fig.flops),
+        tokens=int(tokens), width=int(width), act_tp=float(fig.act_tp), act_other=float(fig.act_other),
+        act_scores=float(fig.act_scores), act_input=float(act_input), out_elems=int(out_elems),
+        tp_comm_elems=int(fig.comm), tp_divides=divides,
+        signature=_signature(kind, fig, tokens, width, act_input, out_elems, divides),
+    )
+
+
+def _block_divides(heads: int, kv_heads: int, ffn: int) -> tuple[int, ...]:
+    return tuple(dict.fromkeys((heads, kv_heads, ffn)))  # distinct sizes, in order
+
+
+# --- validation -----------------------------------------------------------------------------------
+def _fail(cfg: ModelConfig, problem: str) -> UniapError:
+    return UniapError(f"model {cfg.name!r} ({cfg.family}): {problem}")
+
+
+def check_config(cfg: ModelConfig) -> None:
+    """Raise UniapError (one line) when the config cannot describe a model of its family."""
+    if cfg.family not in FAMILIES:
+        raise UniapError(f"model {cfg.name!r}: unknown family {cfg.family!r} (known: {', '.join(FAMILIES)})")
+    for field_name in ("layers", "hidden", "heads", "ffn"):
+        value = getattr(cfg, field_name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise _fail(cfg, f"{field_name} must be a positive integer, got {value!r}")
+    if cfg.kv_heads < 0 or cfg.kv_channels < 0 or cfg.decoder_layers < 0:
+        raise _fail(cfg, "kv_heads, kv_channels and decoder_layers must not be negative")
+    if cfg.n_kv_heads > cfg.heads or cfg.heads % cfg.n_kv_heads:
+        raise _fail(cfg, f"{cfg.n_kv_heads} key/value heads must divide {cfg.heads} heads")
+    if not cfg.kv_channels and cfg.hidden % cfg.heads:
+        raise _fail(cfg, f"hidden {cfg.hidden} is not a multiple of {cfg.heads} heads (set kv_channels)")
+    if cfg.norm not in ("layernorm", "rmsnorm"):
+        raise _fail(cfg, f"norm must be 'layernorm' or 'rmsnorm', got {cfg.norm!r}")
+    if cfg.family in TEXT_FAMILIES:
+        if cfg.vocab < 1:
+            raise _fail(cfg, f"a text model needs a vocabulary, got vocab={cfg.vocab}")
+        if cfg.learned_positions and cfg.max_seq < 1:
+            raise _fail(cfg, f"learned positions need max_seq >= 1, got {cfg.max_seq}")
+    else:
+        if cfg.image_size < 1 or cfg.patch_size < 1 or cfg.image_size < cfg.patch_size:
+            raise _fail(cfg, f"image_size {cfg.image_size} and patch_size {cfg.patch_size} must be positive "
+                             "with patch_size <= image_size")
+        if cfg.channels < 1 or cfg.num_classes < 1:
+            raise _fail(cfg, f"channels and num_classes must be positive, got {cfg.channels}, {cfg.num_classes}")
+    if cfg.family == "swin":
+        if not cfg.depths or any(d < 1 for d in cfg.depths):
+            raise _fail(cfg, f"Swin needs positive depths per stage, got {cfg.depths!r}")
+        if sum(cfg.depths) != cfg.layers:
+            raise _fail(cfg, f"layers {cfg.layers} != sum of depths {sum(cfg.depths)}")
+        if cfg.window < 1:
+            raise _fail(cfg, f"window must be positive, got {cfg.window}")
+
+
+def check_seq_len(cfg: ModelConfig, seq_len: int) -> None:
+    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
+        raise UniapError(f"sequence length must be a positive integer, got {seq_len!r}")
+    if cfg.family in TEXT_FAMILIES and cfg.learned_positions and seq_len > cfg.max_seq:
+        raise UniapError(f"sequence length {seq_len} exceeds the {cfg.max_seq} learned positions of "
+                         f"{cfg.name!r}")
+
+
+def vision_tokens(cfg: ModelConfig) -> int:
+    """Tokens per image: ViT patches + the class token; Swin: patches of the first stage."""
+    side = cfg.image_size // cfg.patch_size
+    return side * side + (1 if cfg.family == "vit" else 0)
+
+
+# --- families ---------------------------------------------------------------------------------------
+def build_layers(config: ModelConfig, seq_len: int) -> ModelSpec:
+    """The layer chain of `config` at `seq_len` tokens per sample (ignored for vision: from the config)."""
+    check_config(config)
+    if config.family in VISION_FAMILIES:
+        seq_len = vision_tokens(config)
+    check_seq_len(config, seq_len)
+    builder = {"gpt2": _decoder, "llama": _decoder, "bert": _bert, "t5": _t5, "vit": _vit, "swin": _swin}
+    layers, tied = builder[config.family](config, seq_len)
+    return ModelSpec(config=config, seq_len=seq_len, layers=tuple(layers), tied_params=tied)
+
+
+def _text_embed(cfg: ModelConfig, s: int, *, streams: int = 1) -> LayerSpec:
+    """Token (+ position, + token-type, + LayerNorm for BERT) embedding, vocabulary-parallel under tp.
+
+    `streams`: T5's one shared embedding embeds the encoder and the decoder inputs (2 × s tokens).
+    Keeps for backward only the token ids (the gradient of a look-up needs nothing else), BERT's
+    LayerNorm input and the embedding-dropout mask.
+    """
+    h, D = cfg.hidden, 1 if DROPOUT[cfg.family] else 0
+    params = cfg.vocab * h
+    if cfg.learned_positions:
+        params += cfg.max_seq * h  # the whole position table, whatever seq_len is used
+    other = D * s * h
+    ids = ID_BYTES * s
+    if cfg.family == "bert":
+        params += cfg.type_vocab * h + _norm_params(cfg, h)
+        other += 2.0 * s * h  # embedding LayerNorm input
+        ids *= 2  # token-type ids
+    fig = _Fig(params=params, tp_params=cfg.vocab * h, flops=0.0, act_other=streams * other,
+               comm=streams * s * h)
+    return _layer("embed", "embedding", fig, tokens=streams * s, width=h, act_input=streams * ids,
+                  out_elems=streams * s * h)
+
+
+def _lm_head(cfg: ModelConfig, s: int, *, transform: bool = False, final_dropout: bool = False) -> LayerSpec:
+    """Final norm (or BERT's MLM transform) + LM projection + the loss over s positions.
+
+    The loss keeps the softmax of the logits in fp32, 4·s·V bytes (Megatron's vocab-parallel
+    cross-entropy and torch autocast's cross_entropy both compute it in fp32; the 16-bit logits
+    themselves are not read by backward). It is vocabulary-sharded by tp (act_tp). Note for cost.memory:
+    this part does not double for fp32 training.
+    """
+    h, V = cfg.hidden, cfg.vocab
+    fig = _Fig(params=V * h, tp_params=V * h, flops=2.0 * s * h * V, act_tp=4.0 * s * V, comm=3 * s)
+    if transform:
+        # BERT MLM head (HF BertLMPredictionHead): dense h×h + bias, GeLU, LayerNorm, decoder (tied) +
+        # its bias V (vocabulary-parallel, so sharded). The transform is replicated under tp.
+        fig.params += h * h + h + _norm_params(cfg, h) + V
+        fig.tp_params += V
+        fig.flops += 2.0 * s * h * h
+        # transform input, GeLU input, LayerNorm input, decoder input
+        fig.act_other += 4 * 2.0 * s * h
+    else:
+        fig.params += _norm_params(cfg, h)
+        fig.act_other += 2.0 * s * h + 2.0 * s * h + (s * h if final_dropout else 0.0)  # norm in, lm_head in
+    return _layer("head", "head", fig, tokens=s, width=h, act_input=2.0 * s * h, out_elems=0)
+
+
+def _std_block(cfg: ModelConfig, name: str, s: int, *, extra: _Fig | None = None) -> LayerSpec:
+    h, D = cfg.hidden, DROPOUT[cfg.family]
+    fig = _attention(cfg, s, h, cfg.heads, cfg.n_kv_heads, cfg.head_dim, dropout=D) + _ffn(cfg, s, h, cfg.ffn,
+                                                                                            dropout=D)
+    if extra is not None:
+        fig = fig + extra
+    return _layer(name, "block", fig, tokens=s, width=h, act_input=2.0 * s * h, out_elems=s * h,
+                  divides=_block_divides(cfg.heads, cfg.n_kv_heads, cfg.ffn))
+
+
+def _decoder(cfg: ModelConfig, s: int) -> tuple[list[LayerSpec], int]:
+    """GPT-2 / GPT-3 / Megatron GPT and Llama: embed, L blocks, head (final norm + LM projection).
+
+    Tied embeddings: the head still holds the V×h matrix (its stage needs it; Megatron keeps a copy on
+    the last stage and all-reduces the two gradients), and ModelSpec.tied_params = V·h counts it once.
+    """
+    layers = [_text_embed(cfg, s)]
+    layers += [_std_block(cfg, f"block.{i}", s) for i in range(cfg.layers)]
+    layers.append(_lm_head(cfg, s))
+    return layers, cfg.vocab * cfg.hidden if cfg.tied_embeddings else 0
+
+
+def _bert(cfg: ModelConfig, s: int) -> tuple[list[LayerSpec], int]:
+    """BERT: embed (word + position + token type + LayerNorm), L post-LN encoder blocks, MLM head.
+
+    The head is the masked-LM head (HF BertForMaskedLM: transform + decoder tied to the word
+    embeddings + decoder bias), applied to all s positions as HF and Megatron do; no pooler and no
+    next-sentence head (MLM-only pretraining, as RoBERTa and Megatron-BERT without binary head).
+    """
+    layers = [_text_embed(cfg, s)]
+    layers += [_std_block(cfg, f"block.{i}", s) for i in range(cfg.layers)]
+    layers.append(_lm_head(cfg, s, transform=True))
+    return layers, cfg.vocab * cfg.hidden if cfg.tied_embeddings else 0
+
+
+def _t5(cfg: ModelConfig, s: int) -> tuple[list[LayerSpec], int]:
+    """T5: embed, encoder blocks enc.i, decoder blocks dec.i, head.
+
+    Decoder length: the decoder runs over s tokens as well (same as the encoder; T5 pre-training uses
+    512 / 114 but the planner takes one length). The shared embedding embeds both inputs, so `embed`
+    and every enc.i hand on 2·s·h elements (the stream + the decoder's input embeddings riding along),
+    and every dec.i hands on its stream + the encoder output (2·s·h).
+    Placement of small parameters, as in HF T5: the relative-position bias table (32 buckets × heads)
+    in enc.0 and dec.0; the encoder's final RMSNorm in the last encoder block; the decoder's final
+    RMSNorm in the head. No biases anywhere; ReLU FFN (t5 v1.0) or gated-GeLU (v1.1, gated_mlp) with a
+    dropout between the two matrices. Block 0 computes the a·s² position bias; later blocks of a stage
+    reuse it (not counted: it is not a parameter, and recomputing it is element-wise).
+    """
+    h, a, g, d, f = cfg.hidden, cfg.heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn
+    divides = _block_divides(a, g, f)
+    n_dec = cfg.decoder_layers or cfg.layers
+    rel = _Fig(params=T5_BUCKETS * a)
+    enc_norm = _Fig(params=_norm_params(cfg, h), act_other=2.0 * s * h)
+    layers = [_text_embed(cfg, s, streams=2)]
+    for i in range(cfg.layers):
+        fig = _attention(cfg, s, h, a, g, d, dropout=True) + _ffn(cfg, s, h, f, dropout=True, inner_dropout=True)
+        if i == 0:
+            fig = fig + rel
+        if i == cfg.layers - 1:
+            fig = fig + enc_norm
+        layers.append(_layer(f"enc.{i}", "block", fig, tokens=s, width=h, act_input=2.0 * s * h,
+                             out_elems=2 * s * h, divides=divides))
+    for i in range(n_dec):
+        fig = (_attention(cfg, s, h, a, g, d, dropout=True)
+               + _attention(cfg, s, h, a, g, d, dropout=True)  # cross-attention
+               + _ffn(cfg, s, h, f, dropout=True, inner_dropout=True))
+        if i == 0:
+            fig = fig + rel
+        layers.append(_layer(f"dec.{i}", "block", fig, tokens=s, width=h, act_input=2.0 * s * h,
+                             out_elems=2 * s * h, divides=divides))
+    layers.append(_lm_head(cfg, s, final_dropout=True))
+    return layers, cfg.vocab * h if cfg.tied_embeddings else 0
+
+
+def _vit(cfg: ModelConfig, s: int) -> tuple[list[LayerSpec], int]:
+    """ViT: patch embedding, L pre-LN blocks over s = (image/patch)² + 1 tokens, head.
+
+    embed: the patch convolution as a matmul (n patches × C·p² → h, with bias), the class token and the
+    (n + 1) × h position table; replicated under tp (it is small). It keeps the image (2·C·H·W bytes)
+    for the weight gradient. head: final LayerNorm over all tokens and the classifier on the class token
+    (HF ViTForImageClassification); replicated under tp; keeps the LN input, the classifier input and
+    the fp32 logits.
+    """
+    h, C, p, K = cfg.hidden, cfg.channels, cfg.patch_size, cfg.num_classes
+    n = s - 1
+    image = 2.0 * C * cfg.image_size * cfg.image_size
+    embed = _Fig(params=C * p * p * h + h + h + s * h, flops=2.0 * n * C * p * p * h, act_other=image)
+    layers = [_layer("embed", "patch_embed", embed, tokens=s, width=h, act_input=image, out_elems=s * h)]
+    layers += [_std_block(cfg, f"block.{i}", s) for i in range(cfg.layers)]
+    head = _Fig(params=_norm_params(cfg, h) + h * K + K, flops=2.0 * h * K,
+                act_other=2.0 * s * h + 2.0 * h + 4.0 * K)
+    layers.append(_layer("head", "head", head, tokens=s, width=h, act_input=2.0 * s * h, out_elems=0))
+    return layers, 0
+
+
+def swin_stages(cfg: ModelConfig) -> list[tuple[int, int, int, int]]:
+    """(side, width, heads, window) of each Swin stage: the side halves (rounded up, HF pads odd sizes),
+    width and heads double; the window shrinks to the side when the side is smaller (HF SwinLayer)."""
+    side, out = cfg.image_size // cfg.patch_size, []
+    for i in range(len(cfg.depths)):
+        out.append((side, cfg.hidden << i, cfg.heads << i, min(cfg.window, side)))
+        side = math.ceil(side / 2)
+    return out
+
+
+def _swin(cfg: ModelConfig, s: int) -> tuple[list[LayerSpec], int]:
+    """Swin (Liu et al. 2021; HF SwinForImageClassification): patch embedding (+ LayerNorm), stages of
+    window-attention blocks swin.{stage}.{i} at their own resolution and width, patch merging merge.{stage}
+    between stages (2×2 neighbours concatenated, LayerNorm(4C), Linear 4C → 2C without bias), head
+    (LayerNorm, average pool, classifier).
+
+    Window attention: a side padded up to a multiple of the window, nW = ceil(side/w)² windows, scores
+    per head nW·w⁴ (shifted windows cost the same). Each block holds its (2w−1)²·heads relative-position
+    table (replicated under tp). The MLP ratio ffn/hidden of the config applies at every stage.
+    Merge, embedding and head are replicated under tp.
+    """
+    C0, p, K = cfg.hidden, cfg.patch_size, cfg.num_classes
+    ratio = cfg.ffn / cfg.hidden
+    stages = swin_stages(cfg)
+    n0 = stages[0][0] ** 2
+    image = 2.0 * cfg.channels * cfg.image_size * cfg.image_size
+    embed = _Fig(params=cfg.channels * p * p * C0 + C0 + _norm_params(cfg, C0),
+                 flops=2.0 * n0 * cfg.channels * p * p * C0, act_other=image + 2.0 * n0 * C0)
+    if cfg.learned_positions:  # HF use_absolute_embeddings: a (patches + 1) × C table
+        embed.params += (n0 + 1) * C0
+    layers = [_layer("embed", "patch_embed", embed, tokens=n0, width=C0, act_input=image, out_elems=n0 * C0)]
+    for st, (side, C, a, w) in enumerate(stages):
+        n = side * side
+        windows = math.ceil(side / w) ** 2
+        f = int(round(ratio * C))
+        fig = (_attention(cfg, n, C, a, a, C // a, dropout=False, pairs=windows * w ** 4)
+               + _ffn(cfg, n, C, f, dropout=False) + _Fig(params=(2 * w - 1) ** 2 * a))
+        for i in range(cfg.depths[st]):
+            layers.append(_layer(f"swin.{st}.{i}", "block", fig, tokens=n, width=C, act_input=2.0 * n * C,
+                                 out_elems=n * C, divides=_block_divides(a, a, f)))
+        if st < len(stages) - 1:
+            n_out = math.ceil(side / 2) ** 2
+            merge = _Fig(params=_norm_params(cfg, 4 * C) + 4 * C * 2 * C, flops=2.0 * n_out * 4 * C * 2 * C,
+                         act_other=2.0 * n_out * 4 * C * 2)  # LayerNorm input and reduction input
+            layers.append(_layer(f"merge.{st}", "merge", merge, tokens=n_out, width=2 * C,
+                                 act_input=2.0 * n * C, out_elems=n_out * 2 * C))
+    side, C = stages[-1][0], stages[-1][1]
+    n = side * side
+    head = _Fig(params=_norm_params(cfg, C) + C * K + K, flops=2.0 * C * K,
+                act_other=2.0 * n * C + 2.0 * C + 4.0 * K)
+    layers.append(_layer("head", "head", head, tokens=n, width=C, act_input=2.0 * n * C, out_elems=0))
+    return layers, 0
