@@ -157,6 +157,87 @@ def estimate(
         print_prediction(result, f"{result.model['name']} on {result.cluster['name']}")
 
 
+@app.command()
+def plan(
+    model: str = MODEL,
+    cluster: str = CLUSTER,
+    global_batch: int = BATCH,
+    seq_len: Optional[int] = SEQ,
+    precision: Precision = PREC,
+    schedule: Schedule = SCHED,
+    solver: str = typer.Option("highs", "--solver", help="MILP back-end: highs (default), scip, gurobi."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds for the whole search; the best plan found so far is returned with its gap."),
+    max_tp: Optional[int] = typer.Option(None, "--max-tp", help="Largest tensor-parallel degree to consider."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Candidates solved in parallel (default: cores, at most 2)."),
+    out_path: Optional[str] = typer.Option(None, "--out", "-o", help="Write the plan JSON here."),
+    fmt: Fmt = FMT,
+) -> None:
+    """Find the fastest plan: one MIQP per pipeline configuration chooses stages and per-layer strategies together."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from uniap.planner import plan_search
+    from uniap.views import print_prediction
+
+    spec, clus, workload = _workload(model, cluster, global_batch, seq_len, precision)
+    err = Console(stderr=True)
+    with Progress(TextColumn("[bold]searching"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[best]}"),
+                  TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal) as bar:
+        task = bar.add_task("search", total=None, best="")
+
+        def progress(done: int, total: int, best: float) -> None:
+            best_text = f"best {best:.4g} s/iter" if best < float("inf") else "no plan yet"
+            bar.update(task, completed=done, total=total, best=best_text)
+
+        result = plan_search(spec, clus, workload, schedule=schedule.value, solver=solver, time_limit=time_limit,
+                             max_tp=max_tp, workers=workers, progress=progress)
+    if out_path:
+        result.save(out_path)
+    if fmt is Fmt.json:
+        _emit_json(result.to_json())
+    else:
+        print_prediction(result, f"uniap plan: {spec.name} on {clus.name}")
+        if out_path:
+            out.print(f"plan written to {out_path}")
+
+
+class Optimizer(str, Enum):
+    sgd = "sgd"
+    adamw = "adamw"
+
+
+@app.command()
+def run(
+    plan_path: str = typer.Option(..., "--plan", "-p", help="Plan file (from `uniap plan`, `estimate --format json`, or by hand)."),
+    steps: int = typer.Option(3, "--steps", help="Training steps (total, also when resuming)."),
+    nproc: Optional[int] = typer.Option(None, "--nproc", help="Spawn torchrun with this many local ranks (default: the plan's world, or torchrun's)."),
+    check: bool = typer.Option(False, "--check", help="Also train in one process and report the largest relative differences."),
+    data: Optional[str] = typer.Option(None, "--data", help="Text file to train on (bytes as tokens); default: seeded synthetic tokens."),
+    seed: int = typer.Option(0, "--seed"),
+    lr: float = typer.Option(1e-3, "--lr"),
+    optimizer: Optimizer = typer.Option(Optimizer.sgd, "--optimizer", help="sgd (momentum 0.9) or adamw."),
+    checkpoint_dir: Optional[str] = typer.Option(None, "--checkpoint-dir", help="Save torch.distributed.checkpoint here."),
+    checkpoint_every: int = typer.Option(0, "--checkpoint-every", help="Save every K steps (0: never)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the last complete checkpoint (any plan of the same model)."),
+    timeout_s: float = typer.Option(120.0, "--timeout", help="Seconds a collective may wait before the run is failed."),
+    fmt: Fmt = FMT,
+) -> None:
+    """Train a plan on PyTorch distributed (gloo on CPU, NCCL on GPU) and report measured figures."""
+    from uniap.runtime import run as run_plan
+
+    if steps < 1:
+        raise UniapError("--steps must be >= 1")
+    result = run_plan(plan_path, steps=steps, nproc=nproc, check=check, data=data, seed=seed, lr=lr,
+                      checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
+                      timeout_s=timeout_s, optimizer=optimizer.value)
+    if fmt is Fmt.json:
+        keys = ("steps", "losses", "iteration_time_s", "stage_time_s", "peak_memory_bytes", "check")
+        _emit_json({**{k: result[k] for k in keys}, **{k: v for k, v in result.items() if k not in keys}})
+        return
+    from uniap.views import print_run
+
+    print_run(result, out)
+
+
 def _model_from_plan(plan):
     """The model a plan was made for, rebuilt from the architecture it carries."""
     from uniap.spec.families import build_layers

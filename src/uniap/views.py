@@ -69,3 +69,16 @@ def print_prediction(plan: Plan, title: str, console: Console | None = None) -> 
     if search:
         state = "proven optimal" if search["optimal"] else f"gap {search['gap'] * 100:.2f}%"
         console.print(f"search: {search['solver']}, {search['candidates']} candidates, {search['time_s']:.2f} s, {state}")
+
+
+def print_run(result: dict, console: Console) -> None:
+    """Measured figures of `uniap run`."""
+    losses = ", ".join(f"{x:.5f}" for x in result["losses"])
+    console.print(f"steps: {result['steps']}   losses: {losses}")
+    console.print(f"iteration time (median after warm-up): [bold]{fmt_time(result['iteration_time_s'])}[/bold]")
+    console.print("stage times: " + ", ".join(fmt_time(t) for t in result["stage_time_s"]))
+    console.print("peak memory per rank: " + ", ".join(f"{m / 1e6:.1f} MB" for m in result["peak_memory_bytes"]))
+    check = result.get("check")
+    if check:
+        console.print(f"check against one process: max rel loss diff {check['max_rel_loss_diff']:.2e}, "
+                      f"max rel param diff {check['max_rel_param_diff']:.2e}")

@@ -1,0 +1,103 @@
+"""`uniap plan`: the unified optimisation process (UOP) over pipeline configurations.
+
+For every pipeline degree P (a divisor of the device count, at most the number of layers) and
+micro-batch count c (a divisor of the global batch), build the cost tables and let the MIQP choose
+stage placement and every layer's strategy together; keep the configuration with the least time
+per iteration. Candidates whose lower bound cannot beat the incumbent are skipped (solve.uop).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from functools import partial
+
+import numpy as np
+
+from uniap.cost.tables import build_program
+from uniap.errors import UniapError
+from uniap.estimate import make_plan, predict
+from uniap.plan import Plan
+from uniap.solve.program import StageProgram
+from uniap.solve.uop import search
+from uniap.spec.cluster import ClusterSpec
+from uniap.spec.model import ModelSpec
+from uniap.spec.workload import Workload, check_schedule
+from uniap.strategies import divisors, enumerate_strategies
+
+GB = 1e9
+
+
+def candidates(model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> list[tuple[int, int]]:
+    """(P, c) pairs: P divides the devices and is at most the layer count; c divides the global batch."""
+    stages = [p for p in divisors(cluster.devices) if p <= len(model.layers)]
+    return [(p, c) for p in stages for c in divisors(workload.global_batch)]
+
+
+def build_candidate(candidate: tuple[int, int], model: ModelSpec, cluster: ClusterSpec, workload: Workload,
+                    schedule: str, max_tp: int | None) -> StageProgram | None:
+    """Tables of one (P, c), or None when no strategy can split its micro-batch."""
+    stages, micro_batches = candidate
+    strategies = enumerate_strategies(cluster.devices // stages, max_tp=max_tp)
+    program = build_program(model, cluster, workload, stages, micro_batches, strategies, schedule)
+    if not program.allowed.any(axis=1).all():
+        return None
+    return program
+
+
+def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, schedule: str = "1f1b",
+                solver: str = "highs", time_limit: float | None = None, max_tp: int | None = None,
+                workers: int | None = None, progress=None) -> Plan:
+    """The best plan over all pipeline configurations, with the search facts the plan contract carries."""
+    check_schedule(schedule)
+    if max_tp is not None and max_tp < 1:
+        raise UniapError("--max-tp must be >= 1")
+    started = time.perf_counter()
+    cands = candidates(model, cluster, workload)
+    build = partial(build_candidate, model=model, cluster=cluster, workload=workload, schedule=schedule,
+                    max_tp=max_tp)
+    result = search(cands, build, solver=solver, time_limit=time_limit, workers=workers, progress=progress)
+    if result.solution is None:
+        raise UniapError(_no_plan_message(cands, build, cluster))
+    stages, micro_batches = result.candidate
+    program = build(result.candidate)
+    strategies = enumerate_strategies(cluster.devices // stages, max_tp=max_tp)
+    sol = result.solution
+    predicted = predict(model, cluster, workload, program, sol.stage_of, sol.strategy_of)
+    search_facts = {"solver": solver, "time_s": time.perf_counter() - started, "optimal": bool(result.optimal),
+                    "gap": float(result.gap), "candidates": len(cands)}
+    return make_plan(model, cluster, workload, schedule, micro_batches, strategies, sol.stage_of, sol.strategy_of,
+                     predicted, search_facts)
+
+
+def _no_plan_message(cands, build, cluster: ClusterSpec) -> str:
+    """Name the smallest device memory that would hold some plan (exact for the memory rows alone)."""
+    need = math.inf
+    for cand in cands:
+        program = build(cand)
+        if program is not None:
+            need = min(need, min_peak_memory(program))
+    if need == math.inf:
+        return f"no pipeline configuration can split the global batch over {cluster.devices} devices"
+    total = need + cluster.device.reserve_bytes
+    return (f"no plan fits in {cluster.device.memory_bytes / GB:.1f} GB per device: the leanest plan needs "
+            f"{total / GB:.1f} GB per device (use devices with at least that much memory, or more devices)")
+
+
+def min_peak_memory(program: StageProgram) -> float:
+    """Least possible max-over-stages memory: each layer takes its leanest allowed strategy for its stage
+    (memory is separable per layer), and a min-max contiguous partition DP places the stage boundaries."""
+    L, P = program.layers, program.stages
+    big = np.where(program.allowed, 0.0, np.inf)
+    # m[i, u]: leanest bytes of layer u if it sits on stage i (stage i holds inflight[i] micro-batches)
+    m = np.stack([np.min(program.Ms + program.inflight[i] * program.Ma + big, axis=1) for i in range(P)])
+    prefix = np.concatenate([np.zeros((P, 1)), np.cumsum(m, axis=1)], axis=1)
+    best = np.full(L + 1, np.inf)  # best[j]: min over partitions of layers [0, j) into stages 0..i
+    best[1:] = prefix[0, 1:]
+    for i in range(1, P):
+        nxt = np.full(L + 1, np.inf)
+        for j in range(i + 1, L + 1):
+            splits = np.arange(i, j)  # stage i holds layers [split, j)
+            nxt[j] = np.min(np.maximum(best[splits], prefix[i, j] - prefix[i, splits]))
+        best = nxt
+    return float(best[L])

@@ -1,0 +1,86 @@
+"""What the runtime demands of a plan before any process group exists: one clear UniapError each.
+
+`check_plan` runs on every rank (and in the launcher, before spawning) and returns the derived
+facts the rest of the runtime uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from uniap.errors import UniapError
+from uniap.models.decoder import check_supported, layer_names
+from uniap.plan import Plan
+from uniap.spec.model import ModelConfig
+from uniap.strategies import Strategy
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """Facts derived from a checked plan."""
+
+    plan: Plan
+    config: ModelConfig
+    world: int
+    pp: int
+    stage_size: int  # ranks per stage (all stages equal)
+    global_batch: int
+    micro_batches: int
+    micro_batch: int  # samples per micro-batch
+    seq_len: int
+    schedule: str  # the schedule actually run ("gpipe" or "1f1b")
+
+    def strategy(self, layer: int) -> Strategy:
+        return self.plan.layers[layer].strategy
+
+    def stage_of_rank(self, rank: int) -> tuple[int, int]:
+        """(stage index, position of `rank` inside the stage's rank list)."""
+        for stage in self.plan.stages:
+            if rank in stage.ranks:
+                return stage.index, stage.ranks.index(rank)
+        raise UniapError(f"rank {rank} is in no stage of the plan")
+
+
+def check_plan(plan: Plan, world_size: int) -> RunShape:
+    plan.validate()
+    config = plan.model_config()
+    seq_len = int(plan.model["seq_len"])
+    plan.check_matches(config, seq_len, world_size)
+    check_supported(config)
+    names = layer_names(config)
+    if [l.name for l in plan.layers] != names:
+        raise UniapError(f"plan's layer chain does not match a {config.family} decoder with {config.layers} blocks "
+                         f"(expected {names[0]}, {names[1]}, …, {names[-1]})")
+    wl_seq = int(plan.workload.get("seq_len", seq_len))
+    if wl_seq != seq_len:
+        raise UniapError(f"workload seq_len {wl_seq} differs from the model's seq_len {seq_len}")
+    if config.learned_positions and seq_len > config.max_seq:
+        raise UniapError(f"seq_len {seq_len} exceeds the model's {config.max_seq} learned positions")
+    sizes = {len(s.ranks) for s in plan.stages}
+    if len(sizes) != 1:
+        raise UniapError(f"all pipeline stages must have the same number of ranks, got {sorted(sizes)}")
+    stage_size = sizes.pop()
+    gb = int(plan.workload["global_batch"])
+    c = int(plan.pipeline["micro_batches"])
+    if gb < 1 or gb % c:
+        raise UniapError(f"global batch {gb} does not split into {c} micro-batches")
+    mb = gb // c
+    for layer in plan.layers:
+        st = layer.strategy
+        if mb % st.dp:
+            raise UniapError(f"layer {layer.name}: micro-batch of {mb} samples (global batch {gb} / {c} micro-batches) "
+                             f"does not split {st.dp} ways (dp)")
+        if st.tp > 1:
+            if layer.name == "embed" or layer.name == "head":
+                need = {"vocab": config.vocab}
+            else:
+                need = {"heads": config.heads, "kv_heads": config.n_kv_heads, "ffn": config.ffn}
+            for what, size in need.items():
+                if size % st.tp:
+                    raise UniapError(f"layer {layer.name}: tp {st.tp} does not divide {what} {size}")
+    pp = int(plan.pipeline["degree"])
+    schedule = str(plan.pipeline["schedule"])
+    if schedule == "1f1b" and c < pp:
+        schedule = "gpipe"  # 1F1B with fewer micro-batches than stages is GPipe's order anyway
+    return RunShape(plan=plan, config=config, world=world_size, pp=pp, stage_size=stage_size, global_batch=gb,
+                    micro_batches=c, micro_batch=mb, seq_len=seq_len, schedule=schedule)

@@ -1,0 +1,95 @@
+"""Hand-built plans: for tests and for running without the planner.
+
+`uniform_plan` gives every layer the same strategy unless `per_layer` overrides some, splits the
+chain into `pp` contiguous stages (evenly, or as `stage_layers` says) and gives stage i the ranks
+i*d .. i*d+d-1 (d = world / pp).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+
+from uniap.errors import UniapError
+from uniap.models.decoder import check_supported, layer_names
+from uniap.plan import LayerPlan, Plan, StagePlan
+from uniap.spec.model import ModelConfig
+from uniap.strategies import Strategy
+
+
+def decoder_parameters(config: ModelConfig) -> int:
+    """Parameter count of `uniap.models.decoder` for this config (no weights built)."""
+    h, f, v, b = config.hidden, config.ffn, config.vocab, int(config.bias)
+    hd, kv = config.head_dim, config.n_kv_heads
+    norm = h * (2 if (config.norm != "rmsnorm" and config.bias) else 1)
+    attn = h * config.heads * hd * 2 + h * kv * hd * 2 + b * (config.heads * hd + 2 * kv * hd + h)
+    mlp = (3 * h * f + b * (2 * f + h)) if config.gated_mlp else (2 * h * f + b * (f + h))
+    embed = v * h + (config.max_seq * h if config.learned_positions else 0)
+    head = norm + h * v
+    return embed + config.layers * (2 * norm + attn + mlp) + head
+
+
+def _even_split(n: int, parts: int) -> list[int]:
+    base, extra = divmod(n, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def uniform_plan(config: ModelConfig, world: int, *, pp: int = 1, dp: int | None = None, tp: int | None = None,
+                 zero: int = 0, recompute: bool = False, sp: bool = False, micro_batches: int = 1,
+                 schedule: str = "1f1b", global_batch: int = 8, seq_len: int = 32,
+                 stage_layers: list[int] | None = None,
+                 per_layer: dict[int | str, Strategy | dict] | None = None, precision: str = "fp32") -> Plan:
+    """A valid Plan for `world` ranks.
+
+    dp × tp must equal world / pp (give one and the other follows; neither: pure data parallel).
+    `stage_layers`: layers per stage (sums to layers + 2). `per_layer`: {chain index or layer name:
+    Strategy or a dict of fields to change from the default strategy}, for mixed plans.
+    """
+    check_supported(config)
+    if pp < 1 or world % pp:
+        raise UniapError(f"pipeline degree {pp} does not divide world size {world}")
+    d = world // pp
+    if dp is None and tp is None:
+        dp, tp = d, 1
+    elif dp is None:
+        if d % tp:
+            raise UniapError(f"tp {tp} does not divide the {d} ranks of a stage")
+        dp = d // tp
+    elif tp is None:
+        if d % dp:
+            raise UniapError(f"dp {dp} does not divide the {d} ranks of a stage")
+        tp = d // dp
+    if dp * tp != d:
+        raise UniapError(f"dp {dp} × tp {tp} != {d} ranks per stage")
+    default = Strategy(dp=dp, tp=tp, zero=zero if dp > 1 else 0, recompute=recompute, sp=sp and tp > 1)
+    names = layer_names(config)
+    n = len(names)
+    if stage_layers is None:
+        if pp > n:
+            raise UniapError(f"pipeline degree {pp} exceeds the {n} layers")
+        stage_layers = _even_split(n, pp)
+    if len(stage_layers) != pp or sum(stage_layers) != n or min(stage_layers) < 1:
+        raise UniapError(f"stage_layers {stage_layers} must be {pp} positive counts summing to {n}")
+    strategies = [default] * n
+    for key, value in (per_layer or {}).items():
+        idx = names.index(key) if isinstance(key, str) and key in names else key
+        if not isinstance(idx, int) or not 0 <= idx < n:
+            raise UniapError(f"per_layer key {key!r} is not a layer of the chain")
+        strategies[idx] = value if isinstance(value, Strategy) else replace(default, **value)
+    stages, layers, first = [], [], 0
+    for s, count in enumerate(stage_layers):
+        last = first + count - 1
+        stages.append(StagePlan(index=s, ranks=tuple(range(s * d, (s + 1) * d)), layers=(first, last)))
+        for u in range(first, last + 1):
+            layers.append(LayerPlan(index=u, name=names[u], stage=s, strategy=strategies[u]))
+        first = last + 1
+    plan = Plan(
+        model={"name": config.name, "layers": n, "parameters": decoder_parameters(config), "seq_len": seq_len,
+               "config": asdict(config)},
+        cluster={"name": "local", "devices": world, "nodes": 1, "devices_per_node": world},
+        workload={"global_batch": global_batch, "seq_len": seq_len, "precision": precision},
+        pipeline={"degree": pp, "micro_batches": micro_batches, "schedule": schedule},
+        stages=stages,
+        layers=layers,
+    )
+    plan.validate()
+    return plan

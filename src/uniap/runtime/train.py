@@ -1,0 +1,256 @@
+"""The training loop on every rank, its measurements, and the one-process `check` reference.
+
+`train_job(job, ctx)` runs one plan inside an initialised process group and returns the result
+dict on rank 0 (None elsewhere):
+
+  steps               steps run in this invocation (a resumed run starts at `first_step`)
+  losses              global mean loss of each step run
+  iteration_time_s    median wall time of a step after the first (warm-up) one; a step is timed
+                      from a world barrier to the end of the optimizer step, max over ranks
+  stage_time_s        per stage: median over its ranks of the rank's median per-step compute time
+                      (forward + backward + loss of its micro-batches; see measure.py)
+  peak_memory_bytes   per rank (see measure.py for what it counts on CPU)
+  check               {"max_rel_loss_diff", "max_rel_param_diff"} against one-process training on
+                      the same data and seed, or None
+
+Optimizer: SGD(lr, momentum=0.9) by default, or AdamW(lr, betas=(0.9, 0.999), eps=1e-8) with
+optimizer="adamw"; weight decay 0, fp32; the reference uses the same. SGD is the default because it
+makes the check sensitive: Adam is invariant to a per-parameter gradient scale (a gradient summed
+where it should be averaged would go unseen) and turns gradients that are analytically zero
+(GPT-2's key bias: softmax ignores a per-row constant) into full-size noise-driven updates. Relative differences: |loss − ref| / |ref| per step; per parameter
+max|p − ref| / max(max|ref|, 1e-3) (gathered to full tensors), both maxed over steps/parameters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
+from uniap.errors import UniapError
+from uniap.models.decoder import build_model, lm_loss
+from uniap.plan import Plan
+from uniap.runtime import checkpoint as ckpt
+from uniap.runtime import data as data_mod
+from uniap.runtime.checks import RunShape, check_plan
+from uniap.runtime.measure import static_bytes
+from uniap.runtime.mesh import build_topology
+from uniap.runtime.parallelize import build_stage
+from uniap.runtime.pipeline import StepRunner
+
+# Test hooks: rank UNIAP_FAIL_RANK raises at step UNIAP_FAIL_STEP (default 0), or with
+# UNIAP_FAIL_MODE=hang stops answering (sleeps) there, which the collective timeouts must bound.
+FAIL_RANK_ENV = "UNIAP_FAIL_RANK"
+FAIL_STEP_ENV = "UNIAP_FAIL_STEP"
+FAIL_MODE_ENV = "UNIAP_FAIL_MODE"
+
+
+@dataclass
+class Context:
+    rank: int
+    world: int
+    device: torch.device
+
+
+OPTIMIZERS = ("sgd", "adamw")
+
+
+def make_optimizer(params, lr: float, kind: str = "sgd") -> torch.optim.Optimizer:
+    """SGD with momentum 0.9 (default) or AdamW; fp32, weight decay 0, single-tensor (foreach=False) kernels,
+    which accept a mix of plain and DTensor parameters."""
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=0.0, foreach=False)
+    if kind == "adamw":
+        return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, foreach=False)
+    raise UniapError(f"unknown optimizer {kind!r} (choose from {', '.join(OPTIMIZERS)})")
+
+
+def arch_id(shape: RunShape) -> str:
+    arch = {k: v for k, v in asdict(shape.config).items() if k != "name"}
+    blob = json.dumps({"arch": arch, "seq_len": shape.seq_len}, sort_keys=True, default=list)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def check_resumable(path, shape: RunShape, optimizer: str) -> None:
+    """Refuse a checkpoint of another model (architecture or sequence length) or optimizer."""
+    meta = ckpt.read_meta(path)
+    if meta.get("arch") != arch_id(shape):
+        raise UniapError(f"checkpoint {path} was written for model {meta.get('model')!r} (another architecture "
+                         f"or sequence length) and cannot be resumed with a plan for {shape.config.name!r}")
+    if meta.get("optimizer", optimizer) != optimizer:
+        raise UniapError(f"checkpoint {path} holds {meta['optimizer']} optimizer state; resume with "
+                         f"optimizer={meta['optimizer']!r}")
+
+
+def _median(xs: list[float]) -> float | None:
+    return float(statistics.median(xs)) if xs else None
+
+
+def _after_warmup(xs: list[float]) -> list[float]:
+    return xs[1:] if len(xs) > 1 else xs
+
+
+def _maybe_fail(rank: int, step: int) -> None:
+    want = os.environ.get(FAIL_RANK_ENV)
+    if want is not None and want.strip() != "" and int(want) == rank and step == int(os.environ.get(FAIL_STEP_ENV, "0")):
+        if os.environ.get(FAIL_MODE_ENV) == "hang":
+            time.sleep(3600)
+        raise RuntimeError(f"injected failure on rank {rank} at step {step} ({FAIL_RANK_ENV})")
+
+
+def _full_params(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter of this stage as a full CPU tensor (collective over the stage's meshes)."""
+    out = {}
+    for name, p in module.named_parameters():
+        t = p.full_tensor() if isinstance(p, DTensor) else p
+        out[name] = t.detach().float().cpu().clone()
+    return out
+
+
+def reference(shape: RunShape, steps: int, *, seed: int, lr: float, data: str | None,
+              device: torch.device, optimizer: str = "sgd") -> tuple[list[float], dict[str, torch.Tensor]]:
+    """One-process training on the same data and seed: losses per step and final parameters."""
+    model = build_model(shape.config, seed).to(device)
+    opt = make_optimizer(model.parameters(), lr, optimizer)
+    losses = []
+    for step in range(steps):
+        x, y = data_mod.batch(step, shape.global_batch, shape.seq_len, shape.config.vocab, seed, data)
+        loss = lm_loss(model(x.to(device)), y.to(device))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(loss.item()))
+    return losses, {n: p.detach().float().cpu() for n, p in model.named_parameters()}
+
+
+PARAM_SCALE_FLOOR = 1e-3
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max|a − b| / max(max|b|, 1e-3): relative to the tensor's scale; tensors whose entries all stay
+    below 1e-3 (e.g. GPT-2's key bias, whose gradient is analytically zero and numerically noise)
+    are compared absolutely at that scale."""
+    scale = max(b.abs().max().item(), PARAM_SCALE_FLOOR)
+    return (a - b).abs().max().item() / scale
+
+
+def train_job(job: dict, ctx: Context) -> dict | None:
+    rank, world, device = ctx.rank, ctx.world, ctx.device
+    plan = Plan.load(job["plan"])
+    shape = check_plan(plan, world)
+    steps = int(job.get("steps", 3))
+    seed, lr, data = int(job.get("seed", 0)), float(job.get("lr", 1e-3)), job.get("data")
+    opt_kind = str(job.get("optimizer", "sgd"))
+    ck_dir, ck_every = job.get("checkpoint_dir"), int(job.get("checkpoint_every", 0) or 0)
+    if (ck_every or job.get("resume")) and not ck_dir:
+        raise UniapError("checkpointing and resume need a checkpoint_dir")
+
+    topo = build_topology(shape, rank, device.type)
+    built = build_stage(shape, topo, seed, device)
+    optimizer = make_optimizer(built.module.parameters(), lr, opt_kind)
+    runner = StepRunner(shape, topo, built, device)
+
+    first_step = 0
+    resumed_from = None
+    if job.get("resume"):
+        found = ckpt.latest(ck_dir)
+        if found is not None:
+            check_resumable(found[1], shape, opt_kind)
+            ckpt.load(found[1], built.module, optimizer)
+            first_step = resumed_from = found[0]
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+    head_layout = built.out_layout
+    counts_loss = topo.stage == shape.pp - 1 and topo.position % head_layout.tp == 0
+    losses, step_times, compute_times, static_peak = [], [], [], 0
+    for step in range(first_step, steps):
+        x, y = data_mod.batch(step, shape.global_batch, shape.seq_len, shape.config.vocab, seed, data)
+        x, y = x.to(device), y.to(device)
+        _maybe_fail(rank, step)
+        dist.barrier()
+        t0 = time.perf_counter()
+        local = runner.step(x, y)
+        optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        elapsed = time.perf_counter() - t0
+        static_peak = max(static_peak, static_bytes(built.module, optimizer))
+        optimizer.zero_grad(set_to_none=True)
+        compute_times.append(runner.timer.take())
+        stats = torch.tensor([local if counts_loss else 0.0, elapsed], dtype=torch.float64)
+        loss_t = stats[:1].clone().to(device)
+        dist.all_reduce(loss_t)
+        time_t = stats[1:].clone().to(device)
+        dist.all_reduce(time_t, op=dist.ReduceOp.MAX)
+        losses.append(float(loss_t.item()))
+        step_times.append(float(time_t.item()))
+        if ck_every and (step + 1) % ck_every == 0:
+            ckpt.save(ck_dir, step + 1, built.module, optimizer,
+                      {"model": shape.config.name, "arch": arch_id(shape), "seed": seed, "lr": lr, "data": data,
+                       "optimizer": opt_kind,
+                       "plan_pipeline": shape.plan.pipeline})
+
+    if device.type == "cuda":
+        peak = int(torch.cuda.max_memory_allocated(device))
+    else:
+        peak = int(static_peak + runner.meter.peak)
+    mine = {"rank": rank, "stage": topo.stage, "compute": _median(_after_warmup(compute_times)), "peak": peak}
+    everyone: list = [None] * world
+    dist.all_gather_object(everyone, mine)
+
+    check = None
+    if job.get("check"):
+        params = _full_params(built.module)
+        gathered: list = [None] * world if rank == 0 else None
+        dist.gather_object(params if topo.position == 0 else None, gathered, dst=0)
+        if rank == 0:
+            full = {}
+            for part in gathered:
+                if part:
+                    full.update(part)
+            ref_losses, ref_params = reference(shape, steps, seed=seed, lr=lr, data=data, device=device, optimizer=opt_kind)
+            ref_losses = ref_losses[first_step:]
+            if set(full) != set(ref_params):
+                raise RuntimeError(f"parameter names differ from the reference: {sorted(set(full) ^ set(ref_params))[:5]}")
+            diffs = {k: _rel(full[k], ref_params[k]) for k in ref_params}
+            worst = max(diffs, key=diffs.get)
+            check = {
+                "max_rel_loss_diff": max((abs(a - b) / abs(b) for a, b in zip(losses, ref_losses)), default=0.0),
+                "max_rel_param_diff": diffs[worst],
+                "worst_param": worst,
+                "reference_losses": ref_losses,
+            }
+        dist.barrier()
+
+    if rank != 0:
+        return None
+    stage_time = []
+    for s in range(shape.pp):
+        vals = [e["compute"] for e in everyone if e["stage"] == s and e["compute"] is not None]
+        stage_time.append(_median(vals))
+    return {
+        "steps": len(losses),
+        "first_step": first_step,
+        "resumed_from": resumed_from,
+        "losses": losses,
+        "iteration_time_s": _median(_after_warmup(step_times)),
+        "step_times_s": step_times,
+        "stage_time_s": stage_time,
+        "peak_memory_bytes": [e["peak"] for e in sorted(everyone, key=lambda e: e["rank"])],
+        "check": check,
+        "world_size": world,
+        "device": device.type,
+        "pipeline": {"degree": shape.pp, "micro_batches": shape.micro_batches, "schedule": shape.schedule},
+        "precision": "fp32",
+        "optimizer": opt_kind,
+        "memory_method": ("torch.cuda.max_memory_allocated" if device.type == "cuda" else
+                          "params+grads+optimizer state (local shards) + peak saved activations"),
+    }

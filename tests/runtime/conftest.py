@@ -1,0 +1,54 @@
+"""Grouped torchrun launches shared by the runtime tests.
+
+Each torchrun launch costs ~8 s of start-up on this machine, so the equality checks run as a few
+grouped launches (session fixtures), and each test then asserts on its plan's result.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime_cases import GQA, LLAMA, LR, equality_plans
+
+
+@pytest.fixture(scope="session")
+def equality_results(tmp_path_factory):
+    """One 4-rank launch: every equality plan (check=True), plus the checkpoint-writing run and an
+    uninterrupted run of the same plan for the resume test."""
+    from uniap.runtime.launch import run_many
+    from uniap.runtime.plans import uniform_plan
+
+    root = tmp_path_factory.mktemp("equality")
+    names, jobs = [], []
+    for name, (plan, extra) in equality_plans().items():
+        path = root / f"{name}.json"
+        plan.save(path)
+        names.append(name)
+        jobs.append({"plan": str(path), "steps": 3, "check": True, "lr": LR, **extra})
+    save_plan = root / "llama-pp2-tp2-save.json"
+    uniform_plan(LLAMA, 4, pp=2, tp=2, micro_batches=2).save(save_plan)
+    ckdir = root / "ckpt"
+    names += ["save", "uninterrupted"]
+    jobs += [{"plan": str(save_plan), "steps": 3, "lr": LR, "checkpoint_dir": str(ckdir), "checkpoint_every": 3},
+             {"plan": str(save_plan), "steps": 5, "lr": LR}]
+    results = run_many(jobs, nproc=4, timeout_s=90)
+    out = dict(zip(names, results))
+    out["_checkpoint_dir"] = ckdir
+    return out
+
+
+@pytest.fixture(scope="session")
+def two_rank_results(equality_results, tmp_path_factory):
+    """One 2-rank launch: resume the 4-rank checkpoint under another plan and world size; a GQA model."""
+    from uniap.runtime.launch import run_many
+    from uniap.runtime.plans import uniform_plan
+
+    root = tmp_path_factory.mktemp("two")
+    resume_plan = root / "llama-dp2-zero3.json"
+    uniform_plan(LLAMA, 2, dp=2, zero=3).save(resume_plan)
+    gqa_plan = root / "gqa-tp2.json"
+    uniform_plan(GQA, 2, tp=2, micro_batches=2).save(gqa_plan)
+    jobs = [{"plan": str(resume_plan), "steps": 5, "lr": LR, "check": True, "resume": True,
+             "checkpoint_dir": str(equality_results["_checkpoint_dir"])},
+            {"plan": str(gqa_plan), "steps": 3, "lr": LR, "check": True}]
+    return dict(zip(["resume", "gqa"], run_many(jobs, nproc=2, timeout_s=90)))

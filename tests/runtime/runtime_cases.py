@@ -1,0 +1,57 @@
+"""The runtime tests' models, tolerances and the plans of the 4-rank equality launch."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from uniap.plan import StagePlan
+from uniap.spec.model import ModelConfig
+from uniap.strategies import Strategy as S
+
+try:  # the zoo defines the tiny models identically
+    from uniap.spec.zoo import ZOO
+
+    GPT = ZOO["tiny-gpt"]
+    LLAMA = ZOO["tiny-llama"]
+except (ImportError, KeyError):  # pragma: no cover - before the zoo landed
+    GPT = ModelConfig(name="tiny-gpt", family="gpt2", layers=4, hidden=128, heads=4, ffn=512, vocab=512, max_seq=64,
+                      tied_embeddings=False)
+    LLAMA = ModelConfig(name="tiny-llama", family="llama", layers=4, hidden=128, heads=4, kv_heads=4, ffn=352,
+                        vocab=512, max_seq=64, gated_mlp=True, norm="rmsnorm", bias=False, learned_positions=False,
+                        tied_embeddings=False)
+GQA = dataclasses.replace(LLAMA, name="tiny-llama-gqa", kv_heads=2)
+
+TOL = 1e-5
+LR = 0.05  # SGD: large enough that a wrong gradient visibly moves the parameters
+
+
+def equality_plans():
+    """name -> (plan, job options) for the 4-rank equality launch."""
+    from uniap.runtime.plans import uniform_plan
+
+    interleaved = uniform_plan(GPT, 4, pp=2, tp=2, micro_batches=4, schedule="1f1b",
+                               per_layer={"block.2": S(2, 1, 0), "block.3": S(2, 1, 3, recompute=True)})
+    interleaved.stages = [StagePlan(0, (0, 2), interleaved.stages[0].layers),
+                          StagePlan(1, (1, 3), interleaved.stages[1].layers)]
+    return {
+        "gpt-dp4": (uniform_plan(GPT, 4, dp=4), {}),
+        "gpt-dp4-zero3-mb2": (uniform_plan(GPT, 4, dp=4, zero=3, micro_batches=2), {}),
+        "llama-dp4-zero1": (uniform_plan(LLAMA, 4, dp=4, zero=1), {}),
+        "gpt-tp4": (uniform_plan(GPT, 4, tp=4), {}),
+        "gpt-pp2-tp2-1f1b": (uniform_plan(GPT, 4, pp=2, tp=2, micro_batches=2, schedule="1f1b"), {}),
+        # stage 0: embed dp2·z3 -> block tp2 -> block dp2; stage 1: block dp2·z2·rc -> block tp2sp -> head tp2
+        "gpt-pp2-mixed-gpipe": (uniform_plan(GPT, 4, pp=2, tp=2, micro_batches=2, schedule="gpipe", per_layer={
+            "embed": S(2, 1, 3), "block.1": S(2, 1, 0), "block.2": S(2, 1, 2, recompute=True),
+            "block.3": S(1, 2, sp=True)}), {}),
+        "llama-pp4-gpipe": (uniform_plan(LLAMA, 4, pp=4, micro_batches=4, schedule="gpipe"), {}),
+        "gpt-pp4-1f1b-uneven": (uniform_plan(GPT, 4, pp=4, micro_batches=4, schedule="1f1b",
+                                             stage_layers=[1, 3, 1, 1]), {}),
+        "llama-dp2tp2-zero3-recompute": (uniform_plan(LLAMA, 4, dp=2, tp=2, zero=3, recompute=True,
+                                                      micro_batches=2), {}),
+        # one stage, a different strategy on every layer: tp4 -> tp4sp -> dp2tp2sp -> dp4·z3 -> dp2tp2·z2·rc -> tp4
+        "llama-mixed-one-stage": (uniform_plan(LLAMA, 4, tp=4, per_layer={
+            "embed": S(4, 1, 1), "block.0": S(1, 4, sp=True), "block.1": S(2, 2, 0, sp=True), "block.2": S(4, 1, 3),
+            "block.3": S(2, 2, 2, recompute=True), "head": S(1, 4)}), {}),
+        # stages on interleaved ranks (0,2) and (1,3); tp2 at the end of stage 0, dp2 at the start of stage 1
+        "gpt-pp2-interleaved-ranks": (interleaved, {}),
+    }
