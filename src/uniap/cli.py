@@ -245,6 +245,19 @@ def _model_from_plan(plan):
     return build_layers(plan.model_config(), int(plan.model["seq_len"]))
 
 
+def _register_commands() -> None:
+    """Commands that live in their own modules (one concern per file)."""
+    from uniap.commands.compare import compare_command
+    from uniap.commands.report import report_command
+
+    app.command("compare", help="Compare uniap with baseline planners (Megatron grid, Galvatron, Alpa, DP, ZeRO-3) "
+                "on the same cost model.")(compare_command)
+    app.command("report", help="Render a plan (and optionally a run) as a static HTML report with images.")(report_command)
+
+
+_register_commands()
+
+
 def main() -> None:
     """Console entry point: typer handles usage errors itself; our input errors become one line."""
     try:

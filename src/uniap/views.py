@@ -67,7 +67,10 @@ def print_prediction(plan: Plan, title: str, console: Console | None = None) -> 
                       f"(over by {(worst - capacity) / GB:.1f} GB)[/red]")
     search = plan.search
     if search:
-        state = "proven optimal" if search["optimal"] else f"gap {search['gap'] * 100:.2f}%"
+        if search["optimal"]:
+            state = "proven optimal"
+        else:
+            state = "not proven optimal" if search.get("gap") is None else f"gap {search['gap'] * 100:.2f}%"
         console.print(f"search: {search['solver']}, {search['candidates']} candidates, {search['time_s']:.2f} s, {state}")
 
 

@@ -1,0 +1,46 @@
+"""`uniap report PLAN [--run run.json] --out report.html [--png report.png]`: a static HTML report of a plan.
+
+Registered by the CLI as `app.command("report")(report_command)`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from uniap.errors import UniapError
+
+
+def load_run(path: str | Path) -> dict:
+    """A run's result JSON (what `uniap run` writes)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise UniapError(f"cannot read run {path}: {exc.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UniapError(f"run {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    if not isinstance(data, dict):
+        raise UniapError(f"run {path}: expected a JSON object")
+    return data
+
+
+def report_command(
+    plan_path: str = typer.Argument(..., metavar="PLAN", help="Plan file (uniap plan / estimate --format json)."),
+    run_path: Optional[str] = typer.Option(None, "--run", help="A run's result JSON: measured beside predicted."),
+    out: str = typer.Option("report.html", "--out", "-o", help="HTML file to write."),
+    png: Optional[str] = typer.Option(None, "--png", help="Also write all panels as one PNG."),
+) -> None:
+    """Write a static HTML report of a plan: pipeline timeline, strategy map, memory and stage times."""
+    from uniap.plan import Plan
+    from uniap.report import render_report
+
+    plan = Plan.load(plan_path)
+    run = load_run(run_path) if run_path else None
+    path = render_report(plan, Path(out), run=run, png=Path(png) if png else None)
+    Console().print(f"report written to {path}" + (f" and {png}" if png else ""))

@@ -1,0 +1,98 @@
+"""`uniap plan`: never worse than any hand configuration, re-costable, clear when nothing fits."""
+
+import itertools
+import json
+
+import pytest
+
+from uniap.errors import UniapError
+from uniap.estimate import estimate_uniform
+from uniap.planner import min_peak_memory, plan_search
+from uniap.spec import load_model
+from uniap.spec.cluster import load_cluster
+from uniap.spec.workload import Workload
+from uniap.strategies import divisors
+
+CASES = [
+    ("gpt2-medium", "a100-40g:1x8", 32, None),
+    ("bert-large", "titanxp-12g:1x4", 16, None),
+    ("llama2-7b", "a100-80g:2x4", 16, 2048),
+    ("t5-large", "v100-32g:1x4", 16, 256),
+]
+
+
+def best_uniform(model, cluster, workload):
+    """Every uniform configuration `estimate` accepts: tp × pp × ZeRO × micro-batch size × recompute × sp."""
+    n = cluster.devices
+    best = None
+    for tp, pp in itertools.product(divisors(n), divisors(n)):
+        if n % (tp * pp):
+            continue
+        dp = n // (tp * pp)
+        for zero, mbs, rc, sp in itertools.product(range(4) if dp > 1 else (0,), divisors(workload.global_batch),
+                                                   (False, True), (False, True) if tp > 1 else (False,)):
+            try:
+                plan = estimate_uniform(model, cluster, workload, tp=tp, pp=pp, zero=zero, micro_batch_size=mbs,
+                                        recompute=rc, sequence_parallel=sp)
+            except UniapError:
+                continue
+            if plan.predicted["fits"] and (best is None or plan.predicted["iteration_time_s"] < best):
+                best = plan.predicted["iteration_time_s"]
+    return best
+
+
+@pytest.mark.parametrize("name, cluster, batch, seq", CASES)
+def test_plan_is_never_worse_than_the_best_uniform_configuration(name, cluster, batch, seq):
+    model = load_model(name, seq)
+    clus = load_cluster(cluster)
+    workload = Workload(batch, model.seq_len, "fp16" if cluster.startswith(("v100", "titanxp")) else "bf16")
+    if cluster.startswith("titanxp"):
+        workload = Workload(batch, model.seq_len, "fp32")
+    plan = plan_search(model, clus, workload, workers=1)
+    uniform = best_uniform(model, clus, workload)
+    assert uniform is not None
+    assert plan.search["optimal"]
+    assert plan.predicted["fits"]
+    assert plan.predicted["iteration_time_s"] <= uniform * (1 + 1e-6)
+
+
+def test_plan_cli_json_and_recost(cli_json, tmp_path):
+    out = tmp_path / "plan.json"
+    plan = cli_json("plan", "--model", "gpt2", "--cluster", "a100-40g:1x4", "--global-batch", "16", "--out", str(out))
+    assert plan["schema"] == "uniap.plan/1"
+    assert set(plan["search"]) >= {"solver", "time_s", "optimal", "gap", "candidates"}
+    assert plan["search"]["solver"] == "highs" and plan["search"]["optimal"] is True
+    assert json.loads(out.read_text())["predicted"] == plan["predicted"]
+    again = cli_json("estimate", "--plan", str(out))
+    assert again["predicted"]["iteration_time_s"] == pytest.approx(plan["predicted"]["iteration_time_s"], rel=1e-12)
+
+
+def test_no_plan_fits_names_the_memory_needed(cli):
+    proc = cli("plan", "--model", "llama2-70b", "--cluster", "titanxp-12g:1x2", "--global-batch", "2",
+               "--precision", "fp32", check=False)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "leanest plan needs" in lines[0], proc.stderr
+
+
+def test_min_peak_memory_is_the_true_minimum():
+    """Against brute force over every split and strategy on a small chain."""
+    import numpy as np
+
+    from uniap.cost.tables import build_program
+    from uniap.strategies import enumerate_strategies
+
+    model = load_model("tiny-gpt", 32)
+    clus = load_cluster("cpu:1x4")
+    program = build_program(model, clus, Workload(8, 32, "fp32"), 2, 4, enumerate_strategies(2), "gpipe")
+    L = program.layers
+    best = np.inf
+    for cut in range(1, L):
+        stages = [range(0, cut), range(cut, L)]
+        worst = 0.0
+        for i, members in enumerate(stages):
+            worst = max(worst, sum(min(program.Ms[u, k] + program.inflight[i] * program.Ma[u, k]
+                                       for k in range(program.strategies) if program.allowed[u, k])
+                                   for u in members))
+        best = min(best, worst)
+    assert min_peak_memory(program) == pytest.approx(best)
