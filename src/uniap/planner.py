@@ -59,8 +59,8 @@ def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, s
     result = search(cands, build, solver=solver, time_limit=time_limit, workers=workers, progress=progress)
     if result.solution is None:
         raise UniapError(_no_plan_message(cands, build, cluster))
-    stages, micro_batches = result.candidate
-    program = build(result.candidate)
+    stages, micro_batches = result.best
+    program = build(result.best)
     strategies = enumerate_strategies(cluster.devices // stages, max_tp=max_tp)
     sol = result.solution
     predicted = predict(model, cluster, workload, program, sol.stage_of, sol.strategy_of)
