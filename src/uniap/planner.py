@@ -14,7 +14,7 @@ from functools import partial
 
 import numpy as np
 
-from uniap.cost.tables import build_program
+from uniap.cost.tables import build_program, disallowed
 from uniap.errors import UniapError
 from uniap.estimate import make_plan, predict
 from uniap.plan import Plan
@@ -23,7 +23,7 @@ from uniap.solve.uop import search
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import ModelSpec
 from uniap.spec.workload import Workload, check_schedule
-from uniap.strategies import divisors, enumerate_strategies
+from uniap.strategies import Strategy, divisors, enumerate_strategies
 
 GB = 1e9
 
@@ -38,11 +38,23 @@ def build_candidate(candidate: tuple[int, int], model: ModelSpec, cluster: Clust
                     schedule: str, max_tp: int | None) -> StageProgram | None:
     """Tables of one (P, c), or None when no strategy can split its micro-batch."""
     stages, micro_batches = candidate
-    strategies = enumerate_strategies(cluster.devices // stages, max_tp=max_tp)
+    strategies = stage_strategies(model, cluster, workload, candidate, max_tp)
+    if not strategies:
+        return None
     program = build_program(model, cluster, workload, stages, micro_batches, strategies, schedule)
     if not program.allowed.any(axis=1).all():
         return None
     return program
+
+
+def stage_strategies(model: ModelSpec, cluster: ClusterSpec, workload: Workload, candidate: tuple[int, int],
+                     max_tp: int | None) -> list[Strategy]:
+    """The strategies of a stage of N/P devices that at least one layer can take (fewer columns to solve)."""
+    stages, micro_batches = candidate
+    micro = workload.global_batch // micro_batches
+    distinct = list({layer.signature or layer.name: layer for layer in model.layers}.values())
+    return [s for s in enumerate_strategies(cluster.devices // stages, max_tp=max_tp)
+            if any(disallowed(layer, s, micro) is None for layer in distinct)]
 
 
 def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, schedule: str = "1f1b",
@@ -61,7 +73,7 @@ def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, s
         raise UniapError(_no_plan_message(cands, build, cluster))
     stages, micro_batches = result.best
     program = build(result.best)
-    strategies = enumerate_strategies(cluster.devices // stages, max_tp=max_tp)
+    strategies = stage_strategies(model, cluster, workload, result.best, max_tp)
     sol = result.solution
     predicted = predict(model, cluster, workload, program, sol.stage_of, sol.strategy_of)
     search_facts = {"solver": solver, "time_s": time.perf_counter() - started, "optimal": bool(result.optimal),

@@ -41,18 +41,18 @@ def stage_links(cluster: ClusterSpec, stages: int, strategies: list[Strategy]) -
     starts = range(0, cluster.devices, d)
     tp_links, dp_links = {}, {}
     for tp in sorted({s.tp for s in strategies}):
-        tp_groups = [range(st + j, st + j + tp) for st in starts for j in range(0, d, tp)]
-        dp_groups = [range(st + j, st + d, tp) for st in starts for j in range(tp)]
-        tp_links[tp] = _slowest(cluster, tp_groups)
-        dp_links[tp] = _slowest(cluster, dp_groups)
-    stage = _slowest(cluster, [range(st, st + d) for st in starts])
-    boundary = _slowest(cluster, [(r, r + d) for st in starts[:-1] for r in range(st, st + d)]) \
+        tp_links[tp] = _slowest(cluster, [(st + j, st + j + tp - 1) for st in starts for j in range(0, d, tp)])
+        dp_links[tp] = _slowest(cluster, [(st + j, st + d - tp + j) for st in starts for j in range(tp)])
+    stage = _slowest(cluster, [(st, st + d - 1) for st in starts])
+    boundary = _slowest(cluster, [(r, r + d) for r in range(0, cluster.devices - d)]) \
         if stages > 1 else cluster.device.intra
     return StageLinks(tp_links, dp_links, stage, boundary)
 
 
-def _slowest(cluster: ClusterSpec, groups) -> Link:
-    return min((cluster.group_link(g) for g in groups), key=lambda link: link.bandwidth, default=cluster.device.intra)
+def _slowest(cluster: ClusterSpec, spans: list[tuple[int, int]]) -> Link:
+    """Inter-node as soon as one group's first and last rank sit on different nodes (ranks fill nodes in order)."""
+    crosses = any(cluster.node_of(first) != cluster.node_of(last) for first, last in spans)
+    return cluster.device.inter if crosses else cluster.device.intra
 
 
 def disallowed(layer: LayerSpec, s: Strategy, micro_batch: int) -> str | None:
@@ -72,7 +72,17 @@ def disallowed(layer: LayerSpec, s: Strategy, micro_batch: int) -> str | None:
 
 def layer_cost(layer: LayerSpec, s: Strategy, micro_batch: int, cluster: ClusterSpec, workload: Workload,
                links: StageLinks) -> tuple[float, float, float, float]:
-    """(A, G, Ms, Ma) of one layer under one strategy; see the module docstring."""
+    """(A, G, Ms, Ma) of one layer under one strategy; see the module docstring.
+
+    A cluster calibrated by `uniap profile` (cluster.profile) answers from its measurements first; layers
+    and strategies it did not measure fall through to the analytic model (with its fitted device figures).
+    """
+    if cluster.profile:
+        from uniap.profile.calibration import measured_layer_cost
+
+        measured = measured_layer_cost(cluster, layer, s, micro_batch, workload)
+        if measured is not None:
+            return measured
     device = cluster.device
     samples = micro_batch / s.dp  # per device
     act_bytes = workload.act_bytes
@@ -132,6 +142,17 @@ def send_time(nbytes: float, a: Strategy, b: Strategy, link: Link) -> float:
     return comm.p2p(nbytes / shards(b), link) + comm.p2p(nbytes / shards(a), link)
 
 
+def _pair_tables(nbytes: float, strategies: list[Strategy], links: StageLinks) -> tuple[np.ndarray, np.ndarray]:
+    """R and Rp for one activation size: both depend on the two layouts only, so price each layout pair once."""
+    layouts = sorted({s.layout for s in strategies})
+    rep = {s.layout: s for s in reversed(strategies)}
+    index = np.array([layouts.index(s.layout) for s in strategies])
+    r = np.array([[reshard_time(nbytes, rep[a], rep[b], links.stage) for b in layouts] for a in layouts])
+    rp = np.array([[send_time(nbytes, rep[a], rep[b], links.boundary) for b in layouts] for a in layouts])
+    pick = np.ix_(index, index)
+    return r[pick], rp[pick]
+
+
 def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, stages: int, micro_batches: int,
                   strategies: list[Strategy], schedule: str = "1f1b") -> StageProgram:
     """Tables for P = `stages` stages and c = `micro_batches`, over `strategies` (all with dp·tp = N/P)."""
@@ -164,11 +185,18 @@ def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, st
     pair_cache: dict[float, tuple[np.ndarray, np.ndarray]] = {}
     for u in range(L - 1):
         nbytes = model.layers[u].out_elems * micro * workload.act_bytes
+        if nbytes not in pair_cache and cluster.profile:  # measured collectives, the runtime's re-layouts
+            from uniap.profile.calibration import pair_tables
+
+            pair_cache[nbytes] = pair_tables(cluster, nbytes, strategies, stages, links.stage, links.boundary)
         if nbytes not in pair_cache:
-            r = np.array([[reshard_time(nbytes, a, b, links.stage) for b in strategies] for a in strategies])
-            rp = np.array([[send_time(nbytes, a, b, links.boundary) for b in strategies] for a in strategies])
-            pair_cache[nbytes] = (r, rp)
+            pair_cache[nbytes] = _pair_tables(nbytes, strategies, links)
         R[u], Rp[u] = pair_cache[nbytes]
+    if cluster.profile:  # measured per layer with every rank busy; pipelines differ (see profile.calibrate)
+        from uniap.profile.calibration import pipeline_scale
+
+        scale = pipeline_scale(cluster, stages, micro_batches, A, ok)
+        A, R = A * scale, R * scale
     groups = _group_ids(model.layers)
     return StageProgram(A=A, G=G, Ms=Ms, Ma=Ma, R=R, Rp=Rp, allowed=ok, stages=stages, micro_batches=micro_batches,
                         inflight=np.array(inflight(schedule, stages, micro_batches), dtype=float),

@@ -1,0 +1,12 @@
+"""The solver: numpy cost tables in, a plan (stage and strategy per layer) out. Imports no torch.
+
+program.py      StageProgram (one pipeline configuration's tables), Solution, `evaluate` — the one TPI formula
+reference.py    brute-force oracle for tiny programs (the tests' ground truth)
+reduce.py       folding of identical layers, layout classes, dominated strategies
+formulation.py  the exact MILP over folded runs, plan <-> point maps, sub-tour cuts
+linear.py       solver-neutral sparse MILP; backends.py: HiGHS and Gurobi behind one interface
+quadratic.py    the native quadratic form for SCIP
+bounds.py       DP partition bound (prunes candidates before any MILP)
+milp.py         `solve(program, solver=..., time_limit=..., cutoff=..., fold=..., mip_gap=...)`
+uop.py          `search(candidates, build, ...)`: the unified optimisation process over configurations
+"""

@@ -69,10 +69,6 @@ class ClusterSpec:
     def node_of(self, rank: int) -> int:
         return rank // self.devices_per_node
 
-    def group_link(self, ranks) -> Link:
-        """The slowest link a group of ranks spans: inter-node as soon as two ranks sit on different nodes."""
-        nodes = {self.node_of(r) for r in ranks}
-        return self.device.inter if len(nodes) > 1 else self.device.intra
 
 
 # ---------------------------------------------------------------------------------------------

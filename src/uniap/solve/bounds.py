@@ -1,0 +1,201 @@
+"""Partition bounds: what integer stage contents force on the bottleneck, found by dynamic programming.
+
+The MILP's LP relaxation spreads layers fractionally over stages, so its bottleneck is about Σ p / P even when
+whole layers cannot be balanced that finely (DESIGN.md: "the min-max term, whose LP bound is weak"). Here each
+stage's content is kept integral and each stage is solved exactly in isolation:
+
+* per run and stage, the Pareto front (cost, bytes) of every multiset of w layers (an exact knapsack over counts:
+  integral strategy mixes under the stage's memory);
+* per stage and contiguous content [u, v), the least time (Σ A) and least weighted cost (Σ A + ω G) that fit;
+* a DP over contiguous partitions, for each candidate bottleneck value T in increasing order: the least
+  Σ (A + ω G) + Σ min Rp over partitions whose stages all take ≤ T.
+
+Every plan's p_i is at least its stage's least time, o ≥ the cheapest send at its boundary, R ≥ 0 and
+max g ≥ Σ ω_i g_i for ω ≥ 0 with Σ ω = 1, so TPI ≥ min_T (DP(T) + (c − 1)·T) for every such ω. On real cost
+tables this is within ~1e-5 of the optimum, so `solve` with a cut-off (as the UOP calls it) drops most losing
+candidates without a MILP. (As rows of the MILP the same bounds made its branch and bound slower, not faster: a
+global objective cut leaves the node bounds flat. They are used to prune only.)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from uniap.solve.program import MEMORY_RTOL, StageProgram
+from uniap.solve.reduce import Reduced, reduce_program
+
+MAX_FRONT = 4096
+"""Fronts longer than this are thinned to corner points (each dominating a group): still valid, slightly weaker."""
+MAX_THRESHOLDS = 256
+"""Bottleneck values tried one by one; beyond them the bound uses the unconstrained DP value (still valid)."""
+
+
+def front(cost: np.ndarray, weight: np.ndarray, most: int, cap: float) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Pareto fronts of multisets of exactly w items of the given kinds, for w = 0.. up to `most` or the first w
+    that does not fit: (cost, weight) arrays, weight ascending, cost strictly descending, weight ≤ cap.
+    Exact up to MAX_FRONT points per front."""
+    fronts = [(np.zeros(1), np.zeros(1))]
+    for _ in range(most):
+        c_prev, w_prev = fronts[-1]
+        c = (c_prev[:, None] + cost[None, :]).ravel()
+        w = (w_prev[:, None] + weight[None, :]).ravel()
+        c, w = _pareto(c, w, cap)
+        if not len(c):
+            break
+        fronts.append((c, w))
+    return fronts
+
+
+def _pareto(c: np.ndarray, w: np.ndarray, cap: float) -> tuple[np.ndarray, np.ndarray]:
+    keep = w <= cap
+    c, w = c[keep], w[keep]
+    order = np.lexsort((c, w))
+    c, w = c[order], w[order]
+    best = np.minimum.accumulate(c)
+    mask = np.ones(len(c), dtype=bool)
+    mask[1:] = c[1:] < best[:-1]
+    c, w = c[mask], w[mask]
+    if len(c) > MAX_FRONT:  # corner of each group: min cost (its last) at min weight (its first)
+        edges = np.linspace(0, len(c), MAX_FRONT + 1).astype(int)
+        c, w = c[edges[1:] - 1], w[edges[:-1]]
+    return c, w
+
+
+def _least(fronts: list[tuple[np.ndarray, np.ndarray]], cap: float) -> float:
+    """Least total cost of one point from each front with total weight ≤ cap (Minkowski sum, pruned)."""
+    c, w = np.zeros(1), np.zeros(1)
+    for fc, fw in fronts:
+        c, w = _pareto((c[:, None] + fc[None, :]).ravel(), (w[:, None] + fw[None, :]).ravel(), cap)
+        if not len(c):
+            return math.inf
+    return float(c.min())
+
+
+def partition_bound(program: StageProgram) -> float:
+    """A lower bound on the TPI of every plan of `program` (math.inf if no partition into P stages fits).
+
+    ω ranges over spreading g evenly and putting it all on the first or the last stage (where embeddings and
+    heads, the usual max-g stages, sit)."""
+    P, L, c = program.stages, program.layers, program.micro_batches
+    reduced = reduce_program(program, fold=True)
+    runs = reduced.runs
+    if any(len(run.keep) == 0 for run in runs):
+        return math.inf
+    run_of = np.repeat(np.arange(len(runs)), [run.length for run in runs])
+    send = np.zeros(L)  # send[u]: cheapest send across a boundary just before layer u ≥ 1
+    for u in range(1, L):
+        left, right = runs[run_of[u - 1]], runs[run_of[u]]
+        send[u] = reduced.Rp[u - 1][np.ix_(left.keep, right.keep)].min()
+    tables: dict[tuple[int, float], np.ndarray] = {}
+
+    def table(i: int, share: float) -> np.ndarray:
+        if (i, share) not in tables:
+            tables[i, share] = _stage_table(program, reduced, i, share)
+        return tables[i, share]
+
+    time_t = np.stack([table(i, 0.0) for i in range(P)])
+    candidates = np.unique(time_t[np.isfinite(time_t)])
+    bottleneck = _least_bottleneck(time_t, candidates)
+    if bottleneck == math.inf:
+        return math.inf
+    best = -math.inf
+    for omega in (np.full(P, 1.0 / P), np.eye(P)[0], np.eye(P)[P - 1]):
+        cost_t = np.stack([table(i, float(omega[i])) for i in range(P)])
+        best = max(best, _best(cost_t, time_t, send, candidates[candidates >= bottleneck], c))
+    return best
+
+
+def _stage_table(program: StageProgram, reduced: Reduced, i: int, share: float) -> np.ndarray:
+    """(L+1, L+1): least Σ (A + share·G) of content [u, v) on stage i under its memory (inf: does not fit)."""
+    L, P = program.layers, program.stages
+    runs = reduced.runs
+    cap = float(program.memory_capacity) * (1 + MEMORY_RTOL)
+    infl = float(np.asarray(program.inflight, dtype=float)[i])
+    fronts = []
+    for run in runs:
+        cost = reduced.A[run.first, run.keep] + share * reduced.G[run.first, run.keep]
+        weight = reduced.Ms[run.first, run.keep] + infl * reduced.Ma[run.first, run.keep]
+        if cap == math.inf:
+            weight = np.zeros_like(weight)  # memory never binds: each front collapses to its cheapest point
+        fronts.append(front(cost, weight, min(run.length, L - P + 1), cap))
+    out = np.full((L + 1, L + 1), math.inf)
+    for r, run in enumerate(runs):  # contents inside one run: their count is all that matters
+        least = np.full(run.length + 1, math.inf)
+        least[:len(fronts[r])] = [fr[0].min() for fr in fronts[r]]
+        u, v = np.meshgrid(np.arange(run.first, run.last + 1), np.arange(run.first + 1, run.last + 2), indexing="ij")
+        inside = v > u
+        out[u[inside], v[inside]] = least[(v - u)[inside]]
+    for r_a in range(len(runs)):  # contents spanning runs r_a .. r_b: partial ends, whole runs between
+        for r_b in range(r_a + 1, len(runs)):
+            middle = [fronts[r][runs[r].length] for r in range(r_a + 1, r_b)
+                      if runs[r].length < len(fronts[r])]
+            if len(middle) < r_b - r_a - 1:
+                break  # a whole run in between does not fit: nor does anything longer
+            fitted = False
+            for u in range(runs[r_a].first, runs[r_a].last + 1):
+                head_count = runs[r_a].last + 1 - u
+                if head_count >= len(fronts[r_a]):
+                    continue
+                for v in range(runs[r_b].first + 1, runs[r_b].last + 2):
+                    tail_count = v - runs[r_b].first
+                    if tail_count >= len(fronts[r_b]):
+                        break
+                    value = _least([fronts[r_a][head_count], *middle, fronts[r_b][tail_count]], cap)
+                    if value == math.inf:
+                        break
+                    out[u, v] = value
+                    fitted = True
+            if not fitted:
+                break
+    return out
+
+
+def _reach(time_t: np.ndarray, T: float) -> bool:
+    """Can P contiguous non-empty stages, each of least time ≤ T, cover the chain?"""
+    P, n = time_t.shape[0], time_t.shape[1]
+    ok = np.zeros(n, dtype=bool)
+    ok[0] = True
+    for i in range(P):
+        ok = np.any(ok[:, None] & (time_t[i] <= T), axis=0)
+    return bool(ok[-1])
+
+
+def _least_bottleneck(time_t: np.ndarray, candidates: np.ndarray) -> float:
+    lo, hi = 0, len(candidates) - 1
+    if hi < 0 or not _reach(time_t, candidates[hi]):
+        return math.inf
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _reach(time_t, candidates[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(candidates[lo])
+
+
+def _best(cost_t, time_t, send, candidates, c) -> float:
+    """min over thresholds T (ascending `candidates`) of (c − 1)·T + the least Σ cost + Σ send over partitions
+    whose stages all take ≤ T. The DP value only falls as T grows, so once (c − 1)·T plus the unconstrained DP
+    value reaches the best found, no larger T can do better."""
+    P, n = cost_t.shape[0], cost_t.shape[1]
+    start = np.concatenate([[0.0], send[1:], [math.inf]])  # boundary cost of a stage beginning at u ≥ 1
+
+    def dp(T):
+        F = np.full(n, math.inf)
+        F[0] = 0.0
+        for i in range(P):
+            step = np.where(time_t[i] <= T, cost_t[i], math.inf)
+            F = np.min((F + (start if i > 0 else 0.0))[:, None] + step, axis=0)
+        return F[-1]
+
+    floor = dp(math.inf)
+    best = math.inf
+    for k, T in enumerate(candidates):
+        if (c - 1) * T + floor >= best:
+            break
+        if k == MAX_THRESHOLDS:  # every larger T gives at least (c − 1)·T + floor
+            return float(min(best, (c - 1) * T + floor))
+        best = min(best, (c - 1) * T + dp(T))
+    return float(best)

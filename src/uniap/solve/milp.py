@@ -1,0 +1,134 @@
+"""Solve one pipeline configuration exactly: `solve(program) -> Solution | None`.
+
+Linear back-ends (HiGHS by default, Gurobi when importable) get the folded MILP of formulation.py and a sub-tour
+cut loop around it: solve, turn the point into a plan, and if a segment's transitions held a sub-tour, add the
+connectivity cuts and solve again, warm-started from the repaired plan. SCIP gets the native quadratic form
+(quadratic.py). Whatever the back-end, the returned objective is `evaluate` of the returned plan.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import time
+from dataclasses import dataclass
+
+from uniap.errors import UniapError
+from uniap.solve.backends import GurobiBackend, HighsBackend
+from uniap.solve.bounds import partition_bound
+from uniap.solve.formulation import Formulation
+from uniap.solve.program import Solution, StageProgram, evaluate, lower_bound
+from uniap.solve.reduce import reduce_program
+
+SOLVERS = {"highs": "highspy", "scip": "pyscipopt", "gurobi": "gurobipy"}
+"""Back-end name → the module it needs."""
+
+OPTIMAL_RTOL = 1e-6
+"""A plan within this relative gap of the proven bound counts as optimal."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one solve established: the plan (if any) and why there is none otherwise."""
+
+    solution: Solution | None
+    status: str  # "optimal" | "feasible" (limit hit, plan kept) | "infeasible" | "cutoff" | "timeout" (no plan)
+
+
+def available_solvers() -> list[str]:
+    """Back-ends whose Python module is importable here."""
+    return [name for name, module in SOLVERS.items() if importlib.util.find_spec(module) is not None]
+
+
+def solve(program: StageProgram, solver: str = "highs", time_limit: float | None = None,
+          cutoff: float | None = None, fold: bool = True, mip_gap: float = 0.0) -> Solution | None:
+    """The minimum-TPI plan of `program`, or None.
+
+    None when no plan is feasible, when no plan beats `cutoff` (a TPI the caller already has; ties may go either
+    way), or when `time_limit` seconds pass before any plan is found. On a time limit with a plan in hand, the plan
+    comes back with optimal=False and its relative gap to the proven bound. `mip_gap` > 0 lets the solver stop
+    that close to the bound. `fold` (linear back-ends) folds runs of identical layers, merges layout classes and
+    drops dominated strategies; fold=False is the plain one-binary-per-layer form. SCIP always solves the
+    unfolded native quadratic form.
+    """
+    return solve_outcome(program, solver=solver, time_limit=time_limit, cutoff=cutoff, fold=fold,
+                         mip_gap=mip_gap).solution
+
+
+def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: float | None = None,
+                  cutoff: float | None = None, fold: bool = True, mip_gap: float = 0.0) -> Outcome:
+    """`solve`, also saying why no plan came back (the UOP records it)."""
+    if solver not in SOLVERS:
+        raise UniapError(f"unknown solver '{solver}' (choose from {', '.join(SOLVERS)})")
+    if importlib.util.find_spec(SOLVERS[solver]) is None:
+        raise UniapError(f"solver '{solver}' needs the Python package {SOLVERS[solver]}, which is not installed")
+    program.validate()
+    started = time.perf_counter()
+    deadline = None if time_limit is None else started + float(time_limit)
+    bound = lower_bound(program)
+    if cutoff is not None and bound < cutoff:  # worth a stronger bound (~0.1 s) before the MILP
+        bound = max(bound, partition_bound(program))
+    if bound == math.inf:
+        return Outcome(None, "infeasible")
+    if cutoff is not None and bound >= cutoff:
+        return Outcome(None, "cutoff")
+    if solver == "scip":
+        status, plan, best_bound = _scip(program, deadline, cutoff, mip_gap)
+    else:
+        backend = HighsBackend if solver == "highs" else GurobiBackend
+        status, plan, best_bound = _linear(program, backend, fold, deadline, cutoff, mip_gap)
+    value = evaluate(program, *plan) if plan is not None else math.inf
+    if plan is None or (cutoff is not None and value >= cutoff):
+        if status == "infeasible":
+            return Outcome(None, "cutoff" if cutoff is not None else "infeasible")
+        return Outcome(None, "cutoff" if status == "optimal" else "timeout")
+    gap = max(0.0, (value - max(best_bound, bound)) / value) if value > 0 else 0.0
+    optimal = status == "optimal" and gap <= OPTIMAL_RTOL
+    solution = Solution(stage_of=plan[0], strategy_of=plan[1], objective=value, optimal=optimal,
+                        gap=0.0 if optimal else gap, time_s=time.perf_counter() - started, solver=solver)
+    return Outcome(solution, "optimal" if optimal else "feasible")
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(deadline - time.perf_counter(), 0.0)
+
+
+def _linear(program, backend_cls, fold, deadline, cutoff, mip_gap):
+    """Sub-tour cut loop. Returns (status, plan, lower bound in seconds); status "optimal" only when the last MILP
+    was solved to optimality and its point needed no repair (its plan then attains the bound)."""
+    reduced = reduce_program(program, fold)
+    if any(len(run.keep) == 0 for run in reduced.runs):
+        return "infeasible", None, math.inf
+    form = Formulation(program, reduced)
+    tau = form.scale
+    backend = backend_cls(form.model)
+    best, best_value, bound, start = None, math.inf, -math.inf, None
+    while True:
+        remaining = _remaining(deadline)
+        if remaining is not None and remaining <= 0:
+            return "limit", best, bound
+        result = backend.solve(remaining, None if cutoff is None else cutoff / tau, mip_gap, start)
+        if result.x is None:  # "infeasible": nothing (better than the cutoff) exists; or "limit"
+            return result.status, best, bound
+        bound = max(bound, result.bound * tau)
+        decoded = form.decode(result.x)
+        plan = (decoded.stage_of, decoded.strategy_of)
+        value = evaluate(program, *plan)
+        if value < best_value:
+            best, best_value = plan, value
+        if not decoded.subtours:
+            return result.status, best, bound
+        if result.status != "optimal":
+            return "limit", best, bound
+        backend.add_rows(form.cuts(decoded.subtours))
+        start = form.encode(*best)
+
+
+def _scip(program, deadline, cutoff, mip_gap):
+    from uniap.solve.quadratic import ScipQuadratic
+
+    bound = lower_bound(program)
+    scale = bound if bound > 0 else 1.0
+    model = ScipQuadratic(program, scale)
+    status, plan, lower = model.solve(_remaining(deadline), None if cutoff is None else cutoff / scale, mip_gap)
+    return status, plan, lower * scale

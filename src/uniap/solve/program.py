@@ -1,0 +1,236 @@
+"""What the solver optimises: the cost tables of one pipeline configuration, and the one objective.
+
+`evaluate` is *the* time per iteration (TPI) of a plan. The MILP, the reference solver, `estimate`,
+the baselines and the report all call it, so a plan's predicted time is the same number everywhere;
+the MILP's own objective is only trusted after `evaluate` has recomputed it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from uniap.errors import UniapError
+
+MEMORY_RTOL = 1e-6
+"""Relative slack on the memory capacity in `evaluate`: the MILP states memory rows exactly, but a MILP solver
+accepts rows violated by its feasibility tolerance (1e-7 of a row scaled to the capacity); the slack keeps what a
+solver returns feasible here."""
+
+
+@dataclass(frozen=True)
+class StageProgram:
+    """Cost tables of one pipeline configuration: P stages of equal device count, c micro-batches."""
+
+    A: np.ndarray  # (L, K) seconds, forward+backward of layer u under strategy k, per micro-batch
+    G: np.ndarray  # (L, K) seconds once per iteration the pipeline does not hide (grad sync, optimizer)
+    Ms: np.ndarray  # (L, K) static bytes per device (params, grads, optimizer states)
+    Ma: np.ndarray  # (L, K) activation bytes per device per in-flight micro-batch
+    R: np.ndarray  # (L-1, K, K) seconds, resharding between u (strategy k) and u+1 (k') in one stage, per micro-batch
+    Rp: np.ndarray  # (L-1, K, K) seconds, sending u's output (and its gradient back) to the next stage, per micro-batch
+    allowed: np.ndarray  # (L, K) bool; a False entry may not be chosen (e.g. tp does not divide heads)
+    stages: int  # P
+    micro_batches: int  # c
+    inflight: np.ndarray  # (P,) micro-batches whose activations stage i holds at peak (c GPipe, min(c, P-i) 1F1B)
+    memory_capacity: float  # bytes per device available to the plan
+    group: np.ndarray  # (L,) int; consecutive layers with equal id are identical (same rows, same R between them)
+
+    @property
+    def layers(self) -> int:
+        return int(np.shape(self.A)[0])
+
+    @property
+    def strategies(self) -> int:
+        return int(np.shape(self.A)[1])
+
+    def validate(self) -> None:
+        """Raise UniapError (one line) unless the tables are well formed.
+
+        Entries of disallowed strategies may hold anything (0, inf, nan); allowed ones must be finite and
+        non-negative, because the solver's linearisation and its lower bounds rely on costs being >= 0.
+        """
+        A = np.asarray(self.A)
+        if A.ndim != 2 or A.shape[0] < 1 or A.shape[1] < 1:
+            raise UniapError(f"cost table A must be (layers, strategies), got shape {A.shape}")
+        L, K = A.shape
+        P = self.stages
+        expected = {"G": (L, K), "Ms": (L, K), "Ma": (L, K), "allowed": (L, K), "R": (L - 1, K, K),
+                    "Rp": (L - 1, K, K), "inflight": (P,), "group": (L,)}
+        if not isinstance(P, (int, np.integer)) or P < 1:
+            raise UniapError(f"stages must be a positive integer, got {P!r}")
+        if P > L:
+            raise UniapError(f"{P} pipeline stages cannot be filled by {L} layers")
+        if not isinstance(self.micro_batches, (int, np.integer)) or self.micro_batches < 1:
+            raise UniapError(f"micro_batches must be a positive integer, got {self.micro_batches!r}")
+        for name, shape in expected.items():
+            got = np.shape(getattr(self, name))
+            if got != shape:
+                raise UniapError(f"cost table {name} has shape {got}, expected {shape}")
+        if np.asarray(self.allowed).dtype != bool:
+            raise UniapError("allowed must be a boolean array")
+        ok = np.asarray(self.allowed)
+        for name in ("A", "G", "Ms", "Ma"):
+            values = np.asarray(getattr(self, name), dtype=float)[ok]
+            if not np.all(np.isfinite(values) & (values >= 0)):
+                raise UniapError(f"cost table {name} has a negative or non-finite entry for an allowed strategy")
+        pair_ok = ok[:-1, :, None] & ok[1:, None, :]
+        for name in ("R", "Rp"):
+            values = np.asarray(getattr(self, name), dtype=float)[pair_ok]
+            if not np.all(np.isfinite(values) & (values >= 0)):
+                raise UniapError(f"cost table {name} has a negative or non-finite entry between allowed strategies")
+        infl = np.asarray(self.inflight, dtype=float)
+        if not np.all(np.isfinite(infl) & (infl >= 0)):
+            raise UniapError("inflight must be finite and non-negative")
+        cap = float(self.memory_capacity)
+        if math.isnan(cap) or cap <= 0:
+            raise UniapError(f"memory_capacity must be positive, got {self.memory_capacity!r}")
+        if not np.issubdtype(np.asarray(self.group).dtype, np.integer):
+            raise UniapError("group must be an integer array")
+
+
+@dataclass(frozen=True)
+class Solution:
+    """A plan for one program: where each layer runs and how, and what the search proved about it."""
+
+    stage_of: np.ndarray  # (L,) int, 0-based stage of each layer, non-decreasing, every stage non-empty
+    strategy_of: np.ndarray  # (L,) int
+    objective: float  # TPI in seconds = evaluate(program, stage_of, strategy_of)
+    optimal: bool
+    gap: float  # relative MIP gap (0 when proven optimal)
+    time_s: float
+    solver: str
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    """Per-stage terms of the TPI, as `evaluate` combines them."""
+
+    p: np.ndarray  # (P,) seconds per micro-batch of each stage (layers + resharding inside it)
+    o: np.ndarray  # (P-1,) seconds per micro-batch of each stage boundary (send + gradient back)
+    g: np.ndarray  # (P,) seconds once per iteration of each stage (grad sync, optimizer)
+    memory: np.ndarray  # (P,) peak bytes per device of each stage
+
+    @property
+    def bottleneck(self) -> float:
+        return float(max(self.p.max(), self.o.max(initial=0.0)))
+
+
+def _check_shapes(program: StageProgram, stage_of, strategies) -> tuple[np.ndarray, np.ndarray]:
+    L, K = program.layers, program.strategies
+    stage_of = np.asarray(stage_of)
+    strategies = np.asarray(strategies)
+    if stage_of.shape != (L,) or strategies.shape[-1:] != (L,):
+        raise UniapError(f"a plan for {L} layers needs {L} stages and strategies, got {stage_of.shape} "
+                         f"and {strategies.shape}")
+    if not (np.issubdtype(stage_of.dtype, np.integer) and np.issubdtype(strategies.dtype, np.integer)):
+        raise UniapError("stage and strategy indices must be integers")
+    if strategies.size and (strategies.min() < 0 or strategies.max() >= K):
+        raise UniapError(f"strategy index out of range 0..{K - 1}")
+    if stage_of.min() < 0 or stage_of.max() >= program.stages:
+        raise UniapError(f"stage index out of range 0..{program.stages - 1}")
+    return stage_of, strategies
+
+
+def _stages_valid(program: StageProgram, stage_of: np.ndarray) -> bool:
+    """Contiguous, in order, every stage non-empty: stage ids go 0, …, P−1 in steps of 0 or 1."""
+    steps = np.diff(stage_of)
+    return bool(stage_of[0] == 0 and stage_of[-1] == program.stages - 1 and np.all((steps == 0) | (steps == 1)))
+
+
+def _times_many(program: StageProgram, stage_of: np.ndarray, strategies: np.ndarray) -> tuple[np.ndarray, ...]:
+    """p, o, g, memory for N assignments (N, L) sharing one stage placement: arrays (N, P), (N, P−1), (N, P), (N, P).
+
+    Entries of disallowed strategies are read as 0 (they may hold inf/nan); callers mask such rows.
+    """
+    P = program.stages
+    n, L = strategies.shape
+    layer = np.arange(L)
+    ok = np.asarray(program.allowed)
+    clean = [np.where(ok, np.asarray(t, dtype=float), 0.0) for t in (program.A, program.G, program.Ms, program.Ma)]
+    A, G, Ms, Ma = (t[layer, strategies] for t in clean)  # (N, L)
+    onehot = np.zeros((L, P))
+    onehot[layer, stage_of] = 1.0
+    p = A @ onehot
+    g = G @ onehot
+    memory = Ms @ onehot + (Ma @ onehot) * np.asarray(program.inflight, dtype=float)
+    o = np.zeros((n, P - 1))
+    if L > 1:
+        pair_ok = ok[:-1, :, None] & ok[1:, None, :]
+        R = np.where(pair_ok, np.asarray(program.R, dtype=float), 0.0)
+        Rp = np.where(pair_ok, np.asarray(program.Rp, dtype=float), 0.0)
+        edge = layer[:-1]
+        inner = R[edge, strategies[:, :-1], strategies[:, 1:]]  # (N, L−1)
+        cross = Rp[edge, strategies[:, :-1], strategies[:, 1:]]
+        same = stage_of[:-1] == stage_of[1:]
+        p += (inner * same) @ onehot[:-1]
+        boundary = np.flatnonzero(~same)  # edge u crosses from stage stage_of[u] to stage_of[u] + 1
+        o[:, stage_of[boundary]] = cross[:, boundary]
+    return p, o, g, memory
+
+
+def _feasible_many(program: StageProgram, strategies: np.ndarray, memory: np.ndarray) -> np.ndarray:
+    allowed = np.asarray(program.allowed)[np.arange(program.layers), strategies].all(axis=1)
+    fits = (memory <= program.memory_capacity * (1 + MEMORY_RTOL)).all(axis=1)
+    return allowed & fits
+
+
+def evaluate_many(program: StageProgram, stage_of, strategies) -> np.ndarray:
+    """TPI of N strategy assignments (N, L) under one stage placement; inf where infeasible.
+
+    Vectorised `evaluate` (same formula, same checks): the reference solver enumerates with it.
+    """
+    stage_of, strategies = _check_shapes(program, stage_of, strategies)
+    strategies = strategies.reshape(-1, program.layers)
+    out = np.full(strategies.shape[0], math.inf)
+    if not _stages_valid(program, stage_of):
+        return out
+    p, o, g, memory = _times_many(program, stage_of, strategies)
+    bottleneck = np.maximum(p.max(axis=1), o.max(axis=1, initial=0.0))
+    value = p.sum(axis=1) + o.sum(axis=1) + (program.micro_batches - 1) * bottleneck + g.max(axis=1)
+    ok = _feasible_many(program, strategies, memory)
+    out[ok] = value[ok]
+    return out
+
+
+def evaluate(program: StageProgram, stage_of, strategy_of) -> float:
+    """The TPI in seconds of a plan, or math.inf when it is infeasible (memory exceeded, a disallowed strategy,
+    stages not contiguous and in order, or an empty stage). Malformed input raises UniapError."""
+    return float(evaluate_many(program, stage_of, np.asarray(strategy_of)[None, :])[0])
+
+
+def stage_times(program: StageProgram, stage_of, strategy_of) -> StageTimes:
+    """The per-stage terms `evaluate` combines (computed even when the plan is infeasible, so a report can show
+    why; stages must still be contiguous and non-empty)."""
+    stage_of, strategy_of = _check_shapes(program, stage_of, strategy_of)
+    if not _stages_valid(program, stage_of):
+        raise UniapError("stages must be contiguous, in layer order and non-empty")
+    p, o, g, memory = _times_many(program, stage_of, strategy_of[None, :])
+    return StageTimes(p=p[0], o=o[0], g=g[0], memory=memory[0])
+
+
+def lower_bound(program: StageProgram) -> float:
+    """A cheap valid lower bound on the TPI of any plan of `program` (math.inf if provably infeasible).
+
+    With S = Σ_u min_k A[u,k] over allowed k: Σ p ≥ S, the bottleneck ≥ S/P and ≥ the slowest single layer,
+    max g ≥ Σ_u min_k G[u,k] / P. Memory: every layer must fit on some stage on its own, and all stages
+    together hold at least Σ_u min_k (Ms + min_i inflight_i · Ma).
+    """
+    ok = np.asarray(program.allowed)
+    if not ok.any(axis=1).all():
+        return math.inf
+
+    def row_min(table):
+        return np.where(ok, np.asarray(table, dtype=float), math.inf).min(axis=1)
+
+    infl = np.asarray(program.inflight, dtype=float)
+    cap = program.memory_capacity * (1 + MEMORY_RTOL)
+    Ms = np.where(ok, np.asarray(program.Ms, dtype=float), 0.0)
+    Ma = np.where(ok, np.asarray(program.Ma, dtype=float), 0.0)
+    least = np.where(ok, Ms + infl.min() * Ma, math.inf).min(axis=1)
+    if least.max() > cap or least.sum() > program.stages * cap:
+        return math.inf
+    a = row_min(program.A)
+    S, P = float(a.sum()), program.stages
+    return S + (program.micro_batches - 1) * max(S / P, float(a.max())) + float(row_min(program.G).sum()) / P

@@ -1,0 +1,142 @@
+"""Shrink a program before it becomes a MILP: fold repeated layers, merge layouts, drop dominated strategies.
+
+* **Runs** (TAP's folding): a maximal stretch of consecutive layers with identical rows (A, G, Ms, Ma, allowed)
+  and identical edges between them (R, Rp) is one run. Its layers are interchangeable, so the MILP only needs
+  how many of them each stage runs under each strategy, plus how often the layout changes between neighbours.
+  Runs are found from the arrays, not from `program.group`: equal arrays are what makes folding exact, and a
+  group id that promises more than the arrays hold cannot then make the MILP wrong.
+* **Layout classes**: strategies of a run whose rows and columns of every adjacent R and Rp are equal (in the real
+  cost model: same tp / sequence-parallel layout, whatever zero and recompute are) cost the same at every edge, so
+  the MILP counts transitions between classes, not strategies.
+* **Dominance**: within a class, a strategy no better than another in A, G, Ms and Ma is never needed.
+
+Every table entry of a disallowed strategy is zeroed here, so later code never meets the inf/nan a cost model may
+store there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from uniap.solve.program import StageProgram
+
+
+@dataclass(frozen=True)
+class Run:
+    """Layers first .. first+length−1, interchangeable; their kept strategies grouped into layout classes."""
+
+    first: int
+    length: int
+    keep: np.ndarray  # (K_r,) global strategy ids that may be chosen (allowed, not dominated)
+    cls: np.ndarray  # (K_r,) layout class of each kept strategy, 0..C_r−1
+    reps: np.ndarray  # (C_r,) one kept strategy per class: the one whose R/Rp entries stand for the class
+
+    @property
+    def last(self) -> int:
+        return self.first + self.length - 1
+
+    @property
+    def classes(self) -> int:
+        return len(self.reps)
+
+
+@dataclass(frozen=True)
+class Reduced:
+    """A program as the MILP sees it: runs, their per-strategy costs and per-class edge costs (all sanitised)."""
+
+    runs: list[Run]
+    A: np.ndarray  # (L, K) as in the program, zero where disallowed
+    G: np.ndarray
+    Ms: np.ndarray
+    Ma: np.ndarray
+    R: np.ndarray  # (L−1, K, K) zero where an end is disallowed
+    Rp: np.ndarray
+
+    def inner(self, r: int, table: np.ndarray) -> np.ndarray:
+        """(C_r, C_r) class costs of the edges inside run r (all equal by construction)."""
+        run = self.runs[r]
+        return table[run.first][np.ix_(run.reps, run.reps)]
+
+    def between(self, r: int, table: np.ndarray) -> np.ndarray:
+        """(C_r, C_r+1) class costs of the edge from run r's last layer to run r+1's first."""
+        left, right = self.runs[r], self.runs[r + 1]
+        return table[left.last][np.ix_(left.reps, right.reps)]
+
+
+def reduce_program(program: StageProgram, fold: bool) -> Reduced:
+    """Runs, layout classes and dominance when `fold`; otherwise one run per layer, one class per allowed strategy."""
+    ok = np.asarray(program.allowed, dtype=bool)
+    A, G, Ms, Ma = (np.where(ok, np.asarray(t, dtype=float), 0.0) for t in (program.A, program.G, program.Ms,
+                                                                            program.Ma))
+    pair_ok = ok[:-1, :, None] & ok[1:, None, :]
+    R, Rp = (np.where(pair_ok, np.asarray(t, dtype=float), 0.0) for t in (program.R, program.Rp))
+    spans = _spans(ok, (A, G, Ms, Ma), (R, Rp)) if fold else [(u, 1) for u in range(program.layers)]
+    runs = []
+    for r, (first, length) in enumerate(spans):
+        allowed = np.flatnonzero(ok[first])
+        if not fold:
+            runs.append(Run(first, length, allowed, np.arange(len(allowed)), allowed))
+            continue
+        cls = _layout_classes(allowed, first, length, ok, R, Rp)
+        keep_mask = _undominated(allowed, cls, [t[first] for t in (A, G, Ms, Ma)])
+        keep, cls = allowed[keep_mask], cls[keep_mask]
+        reps = np.array([keep[np.flatnonzero(cls == c)[0]] for c in range(cls.max() + 1)], dtype=int) \
+            if len(keep) else np.zeros(0, dtype=int)
+        runs.append(Run(first, length, keep, cls, reps))
+    return Reduced(runs, A, G, Ms, Ma, R, Rp)
+
+
+def _spans(ok, rows, edges) -> list[tuple[int, int]]:
+    """(first, length) of maximal runs: each layer equals its predecessor, each inner edge equals the run's first."""
+    L = ok.shape[0]
+    spans, first = [], 0
+    for u in range(1, L):
+        same_rows = np.array_equal(ok[u], ok[u - 1]) and all(np.array_equal(t[u], t[u - 1]) for t in rows)
+        same_edge = u - 1 == first or all(np.array_equal(t[u - 1], t[first]) for t in edges)
+        if not (same_rows and same_edge):
+            spans.append((first, u - first))
+            first = u
+    spans.append((first, L - first))
+    return spans
+
+
+def _layout_classes(allowed, first, length, ok, R, Rp) -> np.ndarray:
+    """Class id per allowed strategy: equal ids ⇔ equal R and Rp rows/columns at every edge touching the run.
+
+    Rows and columns are compared only over the neighbours' allowed strategies (the rest are never chosen).
+    """
+    L = ok.shape[0]
+    last = first + length - 1
+    prev = np.flatnonzero(ok[first - 1]) if first > 0 else None
+    nxt = np.flatnonzero(ok[last + 1]) if last + 1 < L else None
+    signature: dict[bytes, int] = {}
+    cls = np.empty(len(allowed), dtype=int)
+    for j, k in enumerate(allowed):
+        parts = []
+        for t in (R, Rp):
+            if prev is not None:
+                parts.append(t[first - 1][prev, k])
+            if nxt is not None:
+                parts.append(t[last][k, nxt])
+            if length > 1:
+                parts += [t[first][k, allowed], t[first][allowed, k]]
+        key = np.concatenate(parts).tobytes() if parts else b""
+        cls[j] = signature.setdefault(key, len(signature))
+    return cls
+
+
+def _undominated(allowed, cls, rows) -> np.ndarray:
+    """Mask of strategies to keep: drop k when some k' of its class is ≤ in every row and (< in one, or equal and
+    earlier), so exactly one of a set of identical strategies survives."""
+    values = np.stack([row[allowed] for row in rows], axis=1)  # (n, 4)
+    keep = np.ones(len(allowed), dtype=bool)
+    for j in range(len(allowed)):
+        for i in range(len(allowed)):
+            if i == j or cls[i] != cls[j] or not keep[i]:
+                continue
+            if np.all(values[i] <= values[j]) and (np.any(values[i] < values[j]) or i < j):
+                keep[j] = False
+                break
+    return keep

@@ -1,0 +1,181 @@
+"""The unified optimisation process (UOP): solve every pipeline configuration, keep the fastest.
+
+Candidates (e.g. (pipeline degree, micro-batch count) pairs) are independent programs. They are ordered by a
+cheap lower bound on their TPI and solved most promising first, each with the best TPI found so far as cut-off,
+so a candidate that cannot win is dropped: before solving when its cheap bound already loses, or inside `solve`
+by the stronger partition bound or the MILP itself.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+
+from uniap.solve import backends
+from uniap.solve.milp import Outcome, solve_outcome
+from uniap.solve.program import Solution, StageProgram, lower_bound
+
+PROVEN = ("optimal", "cutoff", "infeasible", "impossible", "skipped")
+"""Statuses that settle a candidate: nothing better can hide in it."""
+
+
+@dataclass(frozen=True)
+class CandidateRecord:
+    candidate: Hashable
+    lower_bound: float  # cheap bound on its TPI (inf when impossible or provably infeasible)
+    objective: float | None  # TPI of its best plan, if one was found
+    status: str  # optimal | feasible (time limit, gap) | cutoff | infeasible | impossible | skipped | timeout
+    time_s: float  # solver time (0 when not solved)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    best: Hashable | None  # the winning candidate (None: nothing feasible)
+    solution: Solution | None  # its plan
+    total: int  # candidates given
+    solved: int  # handed to the solver
+    skipped: int  # not solved: their lower bound could not beat the incumbent
+    time_s: float
+    optimal: bool  # every candidate settled (proven optimal, beaten, infeasible or skipped by a bound)
+    gap: float  # relative gap between the best TPI and the least lower bound over all candidates
+    records: list[CandidateRecord]
+
+
+def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProgram | None], *,
+           solver: str = "highs", time_limit: float | None = None, workers: int | None = None,
+           progress: Callable[[int, int, float], None] | None = None) -> SearchResult:
+    """Solve every candidate's program (build(candidate); None means impossible) and return the best.
+
+    `time_limit` bounds the whole search (seconds): each solve gets what is left, candidates not started by then
+    are recorded as "timeout". `workers` > 1 solves in that many processes (default min(cpu count, 2)).
+    `progress(done, total, best_objective)` is called after each candidate is settled. `build` runs in this
+    process, once to bound a candidate and again to solve it (programs are megabytes each: they are rebuilt
+    rather than all held at once), so it should be deterministic.
+    """
+    started = time.perf_counter()
+    deadline = None if time_limit is None else started + float(time_limit)
+    workers = min(os.cpu_count() or 1, 2) if workers is None else max(1, int(workers))
+    records: dict[int, CandidateRecord] = {}
+    queue: list[tuple[float, int]] = []
+    for index, candidate in enumerate(candidates):
+        program = build(candidate)
+        if program is None:
+            records[index] = CandidateRecord(candidate, math.inf, None, "impossible", 0.0)
+            continue
+        program.validate()
+        bound = lower_bound(program)
+        if bound == math.inf:
+            records[index] = CandidateRecord(candidate, math.inf, None, "infeasible", 0.0)
+        else:
+            queue.append((bound, index))
+    queue.sort()
+    state = _State(candidates, records, progress)
+    state.report_settled()
+    if workers == 1 or len(queue) <= 1:
+        for bound, index in queue:
+            if state.skip(index, bound, deadline):
+                continue
+            solve_started = time.perf_counter()
+            outcome = solve_outcome(build(candidates[index]), solver=solver, time_limit=_left(deadline),
+                                    cutoff=state.cutoff())
+            state.settle(index, bound, outcome, time.perf_counter() - solve_started)
+    else:
+        _parallel(queue, build, state, solver, deadline, workers)
+    ordered = [records[i] for i in range(len(candidates))]
+    return state.result(ordered, time.perf_counter() - started)
+
+
+def _parallel(queue, build, state: "_State", solver: str, deadline: float | None, workers: int) -> None:
+    """Keep `workers` solves in flight, each cut off at the incumbent of the moment it starts."""
+    context = multiprocessing.get_context("spawn")  # no fork of a process that may hold solver threads
+    pending = list(queue)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=backends.limit_threads,
+                             initargs=(1,)) as pool:
+        running: dict[Future, tuple[int, float, float]] = {}
+        while pending or running:
+            while pending and len(running) < workers:
+                bound, index = pending.pop(0)
+                if state.skip(index, bound, deadline):
+                    continue
+                future = pool.submit(solve_outcome, build(state.candidates[index]), solver=solver,
+                                     time_limit=_left(deadline), cutoff=state.cutoff())
+                running[future] = (index, bound, time.perf_counter())
+            if not running:
+                continue
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                index, bound, submitted = running.pop(future)
+                state.settle(index, bound, future.result(), time.perf_counter() - submitted)
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(deadline - time.perf_counter(), 0.0)
+
+
+class _State:
+    """The incumbent and the records, shared by the serial and the parallel loop."""
+
+    def __init__(self, candidates, records: dict[int, CandidateRecord], progress):
+        self.candidates, self.records, self.progress = candidates, records, progress
+        self.best_index: int | None = None
+        self.best: Solution | None = None
+        self.floors: dict[int, float] = {}  # proven lower bound on each candidate's TPI, where not inf
+        self.solved = 0
+        self.skipped = 0
+
+    def cutoff(self) -> float | None:
+        return None if self.best is None else self.best.objective
+
+    def report_settled(self) -> None:
+        for _ in range(len(self.records)):
+            self._tick()
+
+    def skip(self, index: int, bound: float, deadline: float | None) -> bool:
+        """Record and report a candidate that needs no solve: its bound loses, or time is up."""
+        candidate = self.candidates[index]
+        if self.best is not None and bound >= self.best.objective:
+            self.records[index] = CandidateRecord(candidate, bound, None, "skipped", 0.0)
+            self.skipped += 1
+        elif deadline is not None and time.perf_counter() >= deadline:
+            self.records[index] = CandidateRecord(candidate, bound, None, "timeout", 0.0)
+            self.floors[index] = bound
+        else:
+            return False
+        self._tick()
+        return True
+
+    def settle(self, index: int, bound: float, outcome: Outcome, seconds: float) -> None:
+        self.solved += 1
+        sol = outcome.solution
+        self.records[index] = CandidateRecord(self.candidates[index], bound, sol.objective if sol else None,
+                                              outcome.status, seconds)
+        if outcome.status == "timeout":
+            self.floors[index] = bound
+        elif sol is not None:
+            self.floors[index] = sol.objective * (1.0 - sol.gap)
+        if sol is not None and (self.best is None or sol.objective < self.best.objective):
+            self.best_index, self.best = index, sol
+        self._tick()
+
+    def _tick(self) -> None:
+        if self.progress is not None:
+            best = self.best.objective if self.best is not None else math.inf
+            self.progress(len(self.records), len(self.candidates), best)
+
+    def result(self, records: list[CandidateRecord], seconds: float) -> SearchResult:
+        best = self.best.objective if self.best is not None else math.inf
+        floor = min(self.floors.values(), default=math.inf)
+        if self.best is None:
+            gap = 0.0 if floor == math.inf else math.inf
+        else:
+            gap = max(0.0, (best - min(floor, best)) / best) if best > 0 else 0.0
+        return SearchResult(
+            best=self.candidates[self.best_index] if self.best_index is not None else None, solution=self.best,
+            total=len(records), solved=self.solved, skipped=self.skipped, time_s=seconds,
+            optimal=all(r.status in PROVEN for r in records), gap=gap, records=records)
+

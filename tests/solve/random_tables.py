@@ -1,0 +1,61 @@
+"""Random cost tables for solver tests: small enough for the enumeration oracle, with runs of identical layers."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from uniap.solve.program import StageProgram
+
+
+def random_program(seed: int, *, layers: int = 6, strategies: int = 3, stages: int = 2, micro_batches: int = 4,
+                   runs: list[int] | None = None, layouts: list[int] | None = None, memory: float | None = 40.0,
+                   schedule: str = "1f1b") -> StageProgram:
+    """Costs drawn uniformly; `runs` (lengths summing to `layers`) makes each run's layers identical, with one
+    shared (arbitrary, non-metric) R and Rp inside it; `layouts` (a class id per strategy) makes R and Rp depend on
+    the strategies' classes only, as in the real cost model. `memory` is the capacity (None: unlimited)."""
+    rng = np.random.default_rng(seed)
+    L, K, P = layers, strategies, stages
+    runs = runs or [1] * L
+    assert sum(runs) == L
+    cls = np.arange(K) if layouts is None else np.asarray(layouts)
+
+    def edge():
+        by_class = rng.uniform(0, 3, (cls.max() + 1, cls.max() + 1))
+        return by_class[np.ix_(cls, cls)]
+
+    A, G, Ms, Ma = (np.empty((L, K)) for _ in range(4))
+    allowed = np.empty((L, K), dtype=bool)
+    R, Rp = np.empty((L - 1, K, K)), np.empty((L - 1, K, K))
+    group = np.empty(L, dtype=int)
+    u = 0
+    for g, n in enumerate(runs):
+        rows = rng.uniform(1, 10, K), rng.uniform(0, 4, K), rng.uniform(0, 10, K), rng.uniform(0, 3, K)
+        ok = rng.random(K) > 0.2
+        ok[rng.integers(K)] = True
+        inner, inner_p = edge(), edge()
+        for j in range(n):
+            A[u], G[u], Ms[u], Ma[u] = rows
+            allowed[u], group[u] = ok, g
+            if u < L - 1:
+                R[u], Rp[u] = (inner, inner_p) if j < n - 1 else (edge(), edge())
+            u += 1
+    A[~allowed] = np.inf  # disallowed entries may hold anything: the solvers must not read them
+    inflight = [float(micro_batches)] * P if schedule == "gpipe" else [float(min(micro_batches, P - i))
+                                                                       for i in range(P)]
+    return StageProgram(A=A, G=G, Ms=Ms, Ma=Ma, R=R, Rp=Rp, allowed=allowed, stages=P, micro_batches=micro_batches,
+                        inflight=np.array(inflight), memory_capacity=np.inf if memory is None else memory,
+                        group=group)
+
+
+def random_case(seed: int, max_layers: int = 7) -> StageProgram:
+    """A random size, run structure, layout structure and memory tightness (some cases infeasible)."""
+    rng = np.random.default_rng(10_000 + seed)
+    K = int(rng.integers(1, 4))
+    L = int(rng.integers(3, max_layers + 1))
+    P = int(rng.integers(1, min(3, L) + 1))
+    cuts = sorted(rng.choice(np.arange(1, L), size=int(rng.integers(0, min(3, L - 1) + 1)), replace=False).tolist())
+    runs = np.diff([0, *cuts, L]).tolist()
+    layouts = sorted(rng.integers(0, 2, K).tolist()) if rng.random() < 0.5 else None
+    memory = float(rng.uniform(12, 60)) if rng.random() < 0.8 else None
+    return random_program(seed, layers=L, strategies=K, stages=P, micro_batches=int(rng.integers(1, 6)), runs=runs,
+                          layouts=layouts, memory=memory, schedule="gpipe" if rng.random() < 0.3 else "1f1b")

@@ -1,0 +1,88 @@
+"""The UOP: best candidate, bound skipping, serial and parallel agree, progress reported."""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from random_tables import random_program
+
+from uniap.solve.milp import solve
+from uniap.solve.uop import search
+
+CANDIDATES = [(p, c) for p in (1, 2, 3) for c in (1, 2, 4)]
+
+
+def build(candidate):
+    """(stages, micro-batches) over one table; c = 4 with 3 stages is declared impossible."""
+    stages, micro = candidate
+    if (stages, micro) == (3, 4):
+        return None
+    return random_program(21, layers=7, strategies=3, stages=stages, micro_batches=micro, runs=[1, 5, 1],
+                          layouts=[0, 0, 1], memory=60.0)
+
+
+def best_by_solving_all():
+    results = {cand: solve(build(cand)) for cand in CANDIDATES if build(cand) is not None}
+    feasible = {cand: sol.objective for cand, sol in results.items() if sol is not None}
+    return min(feasible.items(), key=lambda item: item[1])
+
+
+def test_search_finds_the_best_candidate():
+    calls = []
+    result = search(CANDIDATES, build, workers=1, progress=lambda *args: calls.append(args))
+    best, objective = best_by_solving_all()
+    assert result.best == best and result.solution.objective == pytest.approx(objective, rel=1e-6)
+    assert result.optimal and result.gap == 0.0
+    assert result.total == len(CANDIDATES) == len(result.records) == len(calls)
+    assert [done for done, _, _ in calls] == list(range(1, len(CANDIDATES) + 1))
+    assert calls[-1][2] == pytest.approx(objective)
+    statuses = {r.candidate: r.status for r in result.records}
+    assert statuses[(3, 4)] == "impossible"
+    assert result.solved + result.skipped + 1 == result.total
+    for record in result.records:
+        if record.objective is not None:
+            assert record.lower_bound <= record.objective * (1 + 1e-9)
+
+
+def test_hopeless_candidate_is_skipped():
+    def with_slow(candidate):
+        if candidate == "slow":
+            program = build((2, 4))
+            return dataclasses.replace(program, A=program.A * 1000)
+        return build(candidate)
+
+    result = search([(2, 4), "slow"], with_slow, workers=1)
+    slow = next(r for r in result.records if r.candidate == "slow")
+    assert slow.status == "skipped" and result.skipped == 1 and result.solved == 1
+    assert result.best == (2, 4) and result.optimal
+
+
+def test_serial_and_parallel_agree():
+    serial = search(CANDIDATES, build, workers=1)
+    parallel = search(CANDIDATES, build, workers=2)
+    assert parallel.best == serial.best
+    assert parallel.solution.objective == pytest.approx(serial.solution.objective, rel=1e-9)
+    assert parallel.optimal
+
+
+def test_nothing_feasible():
+    def hopeless(candidate):
+        return dataclasses.replace(build(candidate), memory_capacity=1e-3)
+
+    result = search([(1, 1), (2, 2)], hopeless, workers=1)
+    assert result.best is None and result.solution is None and result.optimal
+    assert {r.status for r in result.records} == {"infeasible"}
+
+
+def test_time_limit_zero_settles_nothing():
+    result = search(CANDIDATES[:3], build, workers=1, time_limit=0.0)
+    assert not result.optimal
+    assert all(r.status in ("timeout", "impossible") for r in result.records)
+    assert result.solution is None and math.isinf(result.gap)
+
+
+def test_records_keep_candidate_order():
+    result = search(list(reversed(CANDIDATES)), build, workers=1)
+    assert [r.candidate for r in result.records] == list(reversed(CANDIDATES))
+    assert np.isfinite([r.lower_bound for r in result.records if r.status != "impossible"]).all()
