@@ -25,6 +25,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/published_runs.py
 	$(BIN)/python benchmarks/search_scaling.py
+	$(BIN)/python benchmarks/paper_table.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,103 @@
+"""Search time of the UniAP planner against depth and devices, on the real cost model (this machine: 2 cores).
+
+Three tables:
+1. one MILP (one pipeline configuration), folded vs unfolded, as the number of identical blocks grows: a GPT with
+   hidden 4096 on a100-80g:8x8, global batch 512, c = 16 micro-batches (unfolded capped at --unfolded-limit s);
+2. the whole search (`uniap plan`: every pipeline degree × micro-batch count) against layers (12…128) and devices
+   (8…4096): GPT with hidden 8192, sequence 2048, global batch max(512, devices);
+3. the issue's targets: llama2-70b on a100-80g:8x8 (batch 512, seq 4096) ≤ 5 s proven optimal, and the
+   1-trillion-parameter GPT (128 layers, hidden 25600) on a100-80g:384x8 (batch 3072) ≤ 60 s, gap ≤ 1 %.
+
+Run: `python benchmarks/search_scaling.py` (`--quick` skips table 2's largest cells). Times vary ±50 % on a
+shared machine; compare within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from uniap.planner import build_candidate, plan_search
+from uniap.solve.milp import solve
+from uniap.spec import load_model
+from uniap.spec.cluster import load_cluster
+from uniap.spec.families import build_layers
+from uniap.spec.model import ModelConfig
+from uniap.spec.workload import Workload
+
+
+def gpt(layers: int, hidden: int) -> ModelConfig:
+    return ModelConfig(name=f"gpt-{layers}x{hidden}", family="gpt2", layers=layers, hidden=hidden, heads=hidden // 128,
+                       ffn=4 * hidden, vocab=51200, max_seq=2048)
+
+
+def single_program(args) -> None:
+    print("1) one pipeline configuration: folded vs unfolded MILP (gpt, hidden 4096, a100-80g:8x8, B=512, c=16)")
+    print(f"{'blocks':>6} {'P':>3} {'folded s':>9} {'unfolded s':>14} {'same optimum':>13}")
+    cluster = load_cluster("a100-80g:8x8")
+    for layers in (12, 24, 48, 96, 128):
+        model = build_layers(gpt(layers, 4096), 2048)
+        workload = Workload(512, 2048, "bf16")
+        for stages in (2, 4, 8):
+            program = build_candidate((stages, 16), model, cluster, workload, "1f1b", None)
+            t = time.perf_counter()
+            folded = solve(program)
+            t_fold = time.perf_counter() - t
+            unfolded_text, same = "skipped", ""
+            if layers <= args.unfolded_max_layers:
+                t = time.perf_counter()
+                unfolded = solve(program, fold=False, time_limit=args.unfolded_limit)
+                t_unfold = time.perf_counter() - t
+                if unfolded is not None and unfolded.optimal:
+                    unfolded_text = f"{t_unfold:.2f}"
+                    same = str(abs(unfolded.objective - folded.objective) <= 1e-6 * folded.objective)
+                else:
+                    unfolded_text = f"timeout {args.unfolded_limit:.0f}"
+            print(f"{layers:>6} {stages:>3} {t_fold:>9.2f} {unfolded_text:>14} {same:>13}", flush=True)
+
+
+def whole_search(args) -> None:
+    print("\n2) whole search (`uniap plan`): gpt hidden 8192, seq 2048, B = max(512, devices)")
+    print(f"{'blocks':>6} {'devices':>7} {'candidates':>10} {'search s':>9} {'optimal':>8} {'gap':>8} {'P':>4} {'c':>5}")
+    for devices in (8, 64, 512, 4096):
+        for layers in (12, 32, 64, 128):
+            if args.quick and devices * layers > 64 * 128:
+                continue
+            model = build_layers(gpt(layers, 8192), 2048)
+            cluster = load_cluster(f"a100-80g:{max(devices // 8, 1)}x{min(devices, 8)}")
+            workload = Workload(max(512, devices), 2048, "bf16")
+            plan = plan_search(model, cluster, workload, time_limit=args.time_limit)
+            s = plan.search
+            print(f"{layers:>6} {devices:>7} {s['candidates']:>10} {s['time_s']:>9.2f} {str(s['optimal']):>8} "
+                  f"{s['gap'] * 100:>7.3f}% {plan.pipeline['degree']:>4} {plan.pipeline['micro_batches']:>5}",
+                  flush=True)
+
+
+def targets(args) -> None:
+    print("\n3) targets")
+    print(f"{'case':<34} {'search s':>9} {'target s':>9} {'optimal':>8} {'gap':>8}")
+    cases = [("llama2-70b a100-80g:8x8 B512 s4096", "llama2-70b", "a100-80g:8x8", 512, 4096, 5.0),
+             ("gpt-1t a100-80g:384x8 B3072 s2048", "gpt-1t", "a100-80g:384x8", 3072, 2048, 60.0)]
+    for label, name, cluster, batch, seq, target in cases:
+        model = load_model(name, seq)
+        plan = plan_search(model, load_cluster(cluster), Workload(batch, seq, "bf16"), time_limit=args.time_limit)
+        s = plan.search
+        print(f"{label:<34} {s['time_s']:>9.2f} {target:>9.0f} {str(s['optimal']):>8} {s['gap'] * 100:>7.3f}%",
+              flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="skip the largest whole-search cells")
+    parser.add_argument("--unfolded-limit", type=float, default=20.0, help="seconds per unfolded MILP")
+    parser.add_argument("--unfolded-max-layers", type=int, default=48, help="deepest model tried unfolded")
+    parser.add_argument("--time-limit", type=float, default=120.0, help="seconds per whole search")
+    parser.add_argument("--only", choices=("single", "search", "targets"), help="print one table")
+    args = parser.parse_args()
+    for name, table in (("single", single_program), ("search", whole_search), ("targets", targets)):
+        if args.only in (None, name):
+            table(args)
+
+
+if __name__ == "__main__":
+    main()
