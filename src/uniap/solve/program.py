@@ -215,7 +215,9 @@ def lower_bound(program: StageProgram) -> float:
 
     With S = Σ_u min_k A[u,k] over allowed k: Σ p ≥ S, the bottleneck ≥ S/P and ≥ the slowest single layer,
     max g ≥ Σ_u min_k G[u,k] / P. Memory: every layer must fit on some stage on its own, and all stages
-    together hold at least Σ_u min_k (Ms + min_i inflight_i · Ma).
+    together hold at least Σ_u min_k (Ms + min_i inflight_i · Ma). The memory-aware `_memory_dual_bound` is
+    often far tighter (the fastest strategies are the ones that do not fit), and the UOP orders and skips
+    candidates by it.
     """
     ok = np.asarray(program.allowed)
     if not ok.any(axis=1).all():
@@ -233,4 +235,27 @@ def lower_bound(program: StageProgram) -> float:
         return math.inf
     a = row_min(program.A)
     S, P = float(a.sum()), program.stages
-    return S + (program.micro_batches - 1) * max(S / P, float(a.max())) + float(row_min(program.G).sum()) / P
+    simple = S + (program.micro_batches - 1) * max(S / P, float(a.max())) + float(row_min(program.G).sum()) / P
+    return max(simple, _memory_dual_bound(program, Ms + infl.min() * Ma, cap * P))
+
+
+def _memory_dual_bound(program: StageProgram, memory: np.ndarray, total_capacity: float) -> float:
+    """Lagrangian bound with the memory of all stages together relaxed.
+
+    Every plan has TPI ≥ Σ_u W[u,k_u] with W = A·(1 + (c−1)/P) + G/P (Σ p ≥ Σ A, max p ≥ Σ p / P,
+    max g ≥ Σ g / P), and its strategies satisfy Σ_u M[u,k_u] ≤ P·capacity with M the memory at the least
+    in-flight count. Weak duality: for every λ ≥ 0, TPI ≥ Σ_u min_k (W + λ·M)[u,k] − λ·P·capacity; the best λ
+    of a log grid (the dual is concave in λ) is kept.
+    """
+    ok = np.asarray(program.allowed)
+    P, c = program.stages, program.micro_batches
+    W = np.where(ok, np.asarray(program.A, dtype=float) * (1 + (c - 1) / P) + np.asarray(program.G, dtype=float) / P,
+                 math.inf)
+    M = np.where(ok, memory, 0.0)
+    if not math.isfinite(total_capacity) or not np.any(M > 0):
+        return float(W.min(axis=1).sum())
+    scale = float(np.mean(W.min(axis=1))) / max(float(np.mean(M[ok])), 1e-300)
+    best = -math.inf
+    for lam in np.concatenate(([0.0], scale * np.logspace(-4, 4, 49))):
+        best = max(best, float((W + lam * M).min(axis=1).sum() - lam * total_capacity))
+    return best

@@ -16,9 +16,11 @@ from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 
+import numpy as np
+
 from uniap.solve import backends
 from uniap.solve.milp import Outcome, solve_outcome
-from uniap.solve.program import Solution, StageProgram, lower_bound
+from uniap.solve.program import Solution, StageProgram, evaluate_many, lower_bound
 
 PROVEN = ("optimal", "cutoff", "infeasible", "impossible", "skipped")
 """Statuses that settle a candidate: nothing better can hide in it."""
@@ -62,6 +64,7 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
     workers = min(os.cpu_count() or 1, 2) if workers is None else max(1, int(workers))
     records: dict[int, CandidateRecord] = {}
     queue: list[tuple[float, int]] = []
+    guess: tuple[int, Solution] | None = None
     for index, candidate in enumerate(candidates):
         program = build(candidate)
         if program is None:
@@ -71,10 +74,15 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
         bound = lower_bound(program)
         if bound == math.inf:
             records[index] = CandidateRecord(candidate, math.inf, None, "infeasible", 0.0)
-        else:
-            queue.append((bound, index))
+            continue
+        queue.append((bound, index))
+        uniform = uniform_guess(program)
+        if uniform is not None and (guess is None or uniform.objective < guess[1].objective):
+            guess = (index, uniform)
     queue.sort()
     state = _State(candidates, records, progress)
+    if guess is not None:  # an incumbent before any MILP: solves then only look for something better
+        state.best_index, state.best = guess
     state.report_settled()
     if workers == 1 or len(queue) <= 1:
         for bound, index in queue:
@@ -88,6 +96,22 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
         _parallel(queue, build, state, solver, deadline, workers)
     ordered = [records[i] for i in range(len(candidates))]
     return state.result(ordered, time.perf_counter() - started)
+
+
+def uniform_guess(program: StageProgram) -> Solution | None:
+    """The best hand-style plan of a program: even split by layer count, one strategy for every layer (a layer
+    that cannot take it keeps its fastest allowed one). Costs one vectorised evaluate; None if none fits."""
+    L, K, P = program.layers, program.strategies, program.stages
+    ok = np.asarray(program.allowed)
+    fastest = np.where(ok, np.asarray(program.A, dtype=float), math.inf).argmin(axis=1)
+    strategies = np.where(ok.T, np.arange(K)[:, None], fastest[None, :])
+    stage_of = np.arange(L) * P // L
+    values = evaluate_many(program, stage_of, strategies)
+    k = int(np.argmin(values))
+    if not math.isfinite(values[k]):
+        return None
+    return Solution(stage_of=stage_of, strategy_of=strategies[k], objective=float(values[k]), optimal=False,
+                    gap=math.inf, time_s=0.0, solver="uniform")
 
 
 def _parallel(queue, build, state: "_State", solver: str, deadline: float | None, workers: int) -> None:
