@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from enum import Enum
 from typing import Optional
@@ -11,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from uniap.commands.options import BATCH, CLUSTER, FMT, MODEL, PREC, SCHED, SEQ, SOLVER, Fmt, Precision, Schedule, emit_json
 from uniap.errors import UniapError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -18,38 +18,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 out = Console()
 
 
-class Fmt(str, Enum):
-    table = "table"
-    json = "json"
-
-
-class Precision(str, Enum):
-    fp32 = "fp32"
-    fp16 = "fp16"
-    bf16 = "bf16"
-
-
-class Schedule(str, Enum):
-    gpipe = "gpipe"
-    f1b = "1f1b"
-
-
 class Recompute(str, Enum):
     none = "none"
     full = "full"
-
-
-MODEL = typer.Option(..., "--model", "-m", help="Zoo name (see `uniap models`) or a Hugging Face config.json.")
-CLUSTER = typer.Option(..., "--cluster", "-c", help="PRESET:NODESxDEVICES (see `uniap clusters`) or a YAML file.")
-BATCH = typer.Option(..., "--global-batch", "-b", help="Samples per iteration.")
-SEQ = typer.Option(None, "--seq-len", "-s", help="Sequence length (default: the model's).")
-PREC = typer.Option(Precision.bf16, "--precision", help="fp32, or mixed precision fp16/bf16.")
-SCHED = typer.Option(Schedule.f1b, "--schedule", help="Pipeline schedule.")
-FMT = typer.Option(Fmt.table, "--format", "-f", help="table for people, json for programs.")
-
-
-def _emit_json(obj: dict) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2) + "\n")
 
 
 def _workload(model_name: str, cluster_text: str, global_batch: int, seq_len: Optional[int], precision: Precision):
@@ -74,7 +45,7 @@ def models(fmt: Fmt = FMT) -> None:
         rows.append({"name": name, "family": c.family, "layers": c.layers + c.decoder_layers, "hidden": c.hidden,
                      "heads": c.heads, "parameters": spec.parameters, "seq_len": spec.seq_len})
     if fmt is Fmt.json:
-        _emit_json({"models": rows})
+        emit_json({"models": rows})
         return
     table = Table(title="model zoo")
     for col in ("name", "family", "layers", "hidden", "heads", "parameters", "seq_len"):
@@ -96,7 +67,7 @@ def clusters(fmt: Fmt = FMT) -> None:
              "intra_gbps": d.intra.bandwidth / 1e9, "inter_gbps": d.inter.bandwidth / 1e9}
             for key, d in sorted(DEVICE_TYPES.items())]
     if fmt is Fmt.json:
-        _emit_json({"clusters": rows})
+        emit_json({"clusters": rows})
         return
     table = Table(title="cluster presets (per device)")
     for col in ("preset", "device", "memory", "peak TFLOP/s", "intra-node GB/s", "inter-node GB/s"):
@@ -152,7 +123,7 @@ def estimate(
                                   recompute=recompute is Recompute.full, sequence_parallel=sequence_parallel,
                                   schedule=schedule.value)
     if fmt is Fmt.json:
-        _emit_json(result.to_json())
+        emit_json(result.to_json())
     else:
         print_prediction(result, f"{result.model['name']} on {result.cluster['name']}")
 
@@ -165,7 +136,7 @@ def plan(
     seq_len: Optional[int] = SEQ,
     precision: Precision = PREC,
     schedule: Schedule = SCHED,
-    solver: str = typer.Option("highs", "--solver", help="MILP back-end: highs (default), scip, gurobi."),
+    solver: str = SOLVER,
     time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds for the whole search; the best plan found so far is returned with its gap."),
     max_tp: Optional[int] = typer.Option(None, "--max-tp", help="Largest tensor-parallel degree to consider."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Candidates solved in parallel (default: cores, at most 2)."),
@@ -193,7 +164,7 @@ def plan(
     if out_path:
         result.save(out_path)
     if fmt is Fmt.json:
-        _emit_json(result.to_json())
+        emit_json(result.to_json())
     else:
         print_prediction(result, f"uniap plan: {spec.name} on {clus.name}")
         if out_path:
@@ -231,7 +202,7 @@ def run(
                       timeout_s=timeout_s, optimizer=optimizer.value)
     if fmt is Fmt.json:
         keys = ("steps", "losses", "iteration_time_s", "stage_time_s", "peak_memory_bytes", "check")
-        _emit_json({**{k: result[k] for k in keys}, **{k: v for k, v in result.items() if k not in keys}})
+        emit_json({**{k: result[k] for k in keys}, **{k: v for k, v in result.items() if k not in keys}})
         return
     from uniap.views import print_run
 

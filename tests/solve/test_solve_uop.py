@@ -1,7 +1,6 @@
 """The UOP: best candidate, bound skipping, serial and parallel agree, progress reported."""
 
 import dataclasses
-import math
 
 import numpy as np
 import pytest

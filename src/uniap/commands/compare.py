@@ -5,8 +5,6 @@ Registered by the CLI as `app.command("compare")(compare_command)`; flags as `un
 
 from __future__ import annotations
 
-import json
-import sys
 from enum import Enum
 from typing import List, Optional
 
@@ -14,23 +12,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from uniap.commands.options import BATCH, CLUSTER, FMT, MODEL, PREC, SCHED, SEQ, SOLVER, Fmt, Precision, Schedule, emit_json
 from uniap.errors import UniapError
-
-
-class Precision(str, Enum):
-    fp32 = "fp32"
-    fp16 = "fp16"
-    bf16 = "bf16"
-
-
-class Schedule(str, Enum):
-    gpipe = "gpipe"
-    f1b = "1f1b"
-
-
-class Fmt(str, Enum):
-    table = "table"
-    json = "json"
+from uniap.views import fmt_time
 
 
 def _value(option):
@@ -38,9 +22,7 @@ def _value(option):
 
 
 def _time(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    return f"{seconds:.3f} s" if seconds >= 1 else f"{seconds * 1e3:.2f} ms"
+    return "—" if seconds is None else fmt_time(seconds)
 
 
 def comparison_table(result: dict, title: str | None = None) -> Table:
@@ -68,17 +50,17 @@ def comparison_table(result: dict, title: str | None = None) -> Table:
 
 
 def compare_command(
-    model: str = typer.Option(..., "--model", "-m", help="Zoo name or Hugging Face config.json."),
-    cluster: str = typer.Option(..., "--cluster", "-c", help="PRESET:NODESxDEVICES or a YAML file."),
-    global_batch: int = typer.Option(..., "--global-batch", "-b", help="Samples per iteration."),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", help="Sequence length (default: the model's)."),
-    precision: Precision = typer.Option(Precision.bf16, "--precision", help="fp32, or mixed precision fp16/bf16."),
+    model: str = MODEL,
+    cluster: str = CLUSTER,
+    global_batch: int = BATCH,
+    seq_len: Optional[int] = SEQ,
+    precision: Precision = PREC,
     methods: Optional[List[str]] = typer.Option(
         None, "--methods", help="Comma-separated (or repeated): uniap, megatron-grid, galvatron, alpa, dp, zero3 "
                                 "(default: all)."),
-    schedule: Schedule = typer.Option(Schedule.f1b, "--schedule", help="Pipeline schedule."),
-    fmt: Fmt = typer.Option(Fmt.table, "--format", "-f", help="table for people, json for programs."),
-    solver: str = typer.Option("highs", "--solver", help="MIQP back-end for UniAP: highs, scip or gurobi."),
+    schedule: Schedule = SCHED,
+    fmt: Fmt = FMT,
+    solver: str = SOLVER,
     time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds for UniAP's search (default: "
                                                                           "the planner's)."),
 ) -> None:
@@ -97,7 +79,7 @@ def compare_command(
     result = compare(spec, clus, workload, methods=names, schedule=_value(schedule), solver=solver,
                      time_limit=time_limit)
     if _value(fmt) == "json":
-        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+        emit_json(result)
         return
     console = Console()
     console.print(comparison_table(result))

@@ -1,0 +1,40 @@
+"""Flags and choices shared by the `uniap` commands, so every command spells them the same way."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+
+import typer
+
+
+class Fmt(str, Enum):
+    table = "table"
+    json = "json"
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    fp16 = "fp16"
+    bf16 = "bf16"
+
+
+class Schedule(str, Enum):
+    gpipe = "gpipe"
+    f1b = "1f1b"
+
+
+MODEL = typer.Option(..., "--model", "-m", help="Zoo name (see `uniap models`) or a Hugging Face config.json.")
+CLUSTER = typer.Option(..., "--cluster", "-c", help="PRESET:NODESxDEVICES (see `uniap clusters`) or a YAML file.")
+BATCH = typer.Option(..., "--global-batch", "-b", help="Samples per iteration.")
+SEQ = typer.Option(None, "--seq-len", "-s", help="Sequence length (default: the model's).")
+PREC = typer.Option(Precision.bf16, "--precision", help="fp32, or mixed precision fp16/bf16.")
+SCHED = typer.Option(Schedule.f1b, "--schedule", help="Pipeline schedule.")
+FMT = typer.Option(Fmt.table, "--format", "-f", help="table for people, json for programs.")
+SOLVER = typer.Option("highs", "--solver", help="MILP back-end: highs (default), scip, gurobi.")
+
+
+def emit_json(obj: dict) -> None:
+    """Exactly one JSON object on stdout."""
+    sys.stdout.write(json.dumps(obj, indent=2) + "\n")
