@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from uniap.errors import UniapError
+from uniap.jsonfile import read_json_object
 from uniap.spec.model import ModelConfig
 from uniap.strategies import Strategy
 
@@ -114,14 +115,7 @@ class Plan:
 
     @classmethod
     def load(cls, path: str | Path) -> "Plan":
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise UniapError(f"cannot read plan {path}: {exc.strerror}") from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UniapError(f"plan {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+        data = read_json_object(path, "plan")
         return cls.from_json(data)
 
     # -- consistency ----------------------------------------------------------------------------

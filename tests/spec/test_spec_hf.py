@@ -95,7 +95,7 @@ def test_vision_fields(tmp_path):
 
 
 @pytest.mark.parametrize("content, message", [
-    ("{not json", "malformed JSON"),
+    ("{not json", "not valid JSON"),
     ("[1, 2]", "expected a JSON object"),
     (json.dumps({"n_layer": 2}), "missing field 'model_type'"),
     (json.dumps({"model_type": "mamba"}), "unsupported model_type 'mamba'"),

@@ -5,29 +5,18 @@ Registered by the CLI as `app.command("report")(report_command)`.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
 
-from uniap.errors import UniapError
+from uniap.jsonfile import read_json_object
 
 
 def load_run(path: str | Path) -> dict:
-    """A run's result JSON (what `uniap run` writes)."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise UniapError(f"cannot read run {path}: {exc.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UniapError(f"run {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
-    if not isinstance(data, dict):
-        raise UniapError(f"run {path}: expected a JSON object")
-    return data
+    """A run's result JSON (what `uniap run --format json` prints)."""
+    return read_json_object(path, "run")
 
 
 def report_command(

@@ -8,10 +8,10 @@ naming the file.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from uniap.errors import UniapError
+from uniap.jsonfile import read_json_object
 from uniap.spec.families import check_config
 from uniap.spec.model import ModelConfig
 
@@ -172,18 +172,7 @@ def read_hf_config(path: str | Path) -> ModelConfig:
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UniapError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UniapError(f"{path}: cannot read: {exc.__class__.__name__}: {exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UniapError(f"{path}: malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    if not isinstance(data, dict):
-        raise UniapError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    data = read_json_object(path, "model config")
     model_type = data.get("model_type")
     if model_type is None:
         raise UniapError(f"{path}: missing field 'model_type' (one of {', '.join(MODEL_TYPES)})")
