@@ -4,7 +4,7 @@ Three tables:
 1. one MILP (one pipeline configuration), folded vs unfolded, as the number of identical blocks grows: a GPT with
    hidden 4096 on a100-80g:8x8, global batch 512, c = 16 micro-batches (unfolded capped at --unfolded-limit s);
 2. the whole search (`uniap plan`: every pipeline degree × micro-batch count) against layers (12…128) and devices
-   (8…4096): GPT with hidden 8192, sequence 2048, global batch max(512, devices);
+   (8…4096): GPT with hidden 4096, sequence 2048, global batch max(512, devices);
 3. the issue's targets: llama2-70b on a100-80g:8x8 (batch 512, seq 4096) ≤ 5 s proven optimal, and the
    1-trillion-parameter GPT (128 layers, hidden 25600) on a100-80g:384x8 (batch 3072) ≤ 60 s, gap ≤ 1 %.
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from uniap.errors import UniapError
 from uniap.planner import build_candidate, plan_search
 from uniap.solve.milp import solve
 from uniap.spec import load_model
@@ -35,7 +36,7 @@ def single_program(args) -> None:
     print("1) one pipeline configuration: folded vs unfolded MILP (gpt, hidden 4096, a100-80g:8x8, B=512, c=16)")
     print(f"{'blocks':>6} {'P':>3} {'folded s':>9} {'unfolded s':>14} {'same optimum':>13}")
     cluster = load_cluster("a100-80g:8x8")
-    for layers in (12, 24, 48, 96, 128):
+    for layers in (4, 8, 12, 24, 48, 96, 128):
         model = build_layers(gpt(layers, 4096), 2048)
         workload = Workload(512, 2048, "bf16")
         for stages in (2, 4, 8):
@@ -57,16 +58,20 @@ def single_program(args) -> None:
 
 
 def whole_search(args) -> None:
-    print("\n2) whole search (`uniap plan`): gpt hidden 8192, seq 2048, B = max(512, devices)")
+    print("\n2) whole search (`uniap plan`): gpt hidden 4096, seq 2048, B = max(512, devices)")
     print(f"{'blocks':>6} {'devices':>7} {'candidates':>10} {'search s':>9} {'optimal':>8} {'gap':>8} {'P':>4} {'c':>5}")
     for devices in (8, 64, 512, 4096):
         for layers in (12, 32, 64, 128):
             if args.quick and devices * layers > 64 * 128:
                 continue
-            model = build_layers(gpt(layers, 8192), 2048)
+            model = build_layers(gpt(layers, 4096), 2048)
             cluster = load_cluster(f"a100-80g:{max(devices // 8, 1)}x{min(devices, 8)}")
             workload = Workload(max(512, devices), 2048, "bf16")
-            plan = plan_search(model, cluster, workload, time_limit=args.time_limit)
+            try:
+                plan = plan_search(model, cluster, workload, time_limit=args.time_limit)
+            except UniapError as exc:
+                print(f"{layers:>6} {devices:>7}  {exc}", flush=True)
+                continue
             s = plan.search
             print(f"{layers:>6} {devices:>7} {s['candidates']:>10} {s['time_s']:>9.2f} {str(s['optimal']):>8} "
                   f"{s['gap'] * 100:>7.3f}% {plan.pipeline['degree']:>4} {plan.pipeline['micro_batches']:>5}",
@@ -90,7 +95,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip the largest whole-search cells")
     parser.add_argument("--unfolded-limit", type=float, default=20.0, help="seconds per unfolded MILP")
-    parser.add_argument("--unfolded-max-layers", type=int, default=48, help="deepest model tried unfolded")
+    parser.add_argument("--unfolded-max-layers", type=int, default=12, help="deepest model tried unfolded")
     parser.add_argument("--time-limit", type=float, default=120.0, help="seconds per whole search")
     parser.add_argument("--only", choices=("single", "search", "targets"), help="print one table")
     args = parser.parse_args()
