@@ -40,6 +40,8 @@ def single_program(args) -> None:
         model = build_layers(gpt(layers, 4096), 2048)
         workload = Workload(512, 2048, "bf16")
         for stages in (2, 4, 8):
+            if stages > len(model.layers):
+                continue
             program = build_candidate((stages, 16), model, cluster, workload, "1f1b", None)
             t = time.perf_counter()
             folded = solve(program)
