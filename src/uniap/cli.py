@@ -18,19 +18,29 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 out = Console()
 
 
+PROFILE = typer.Option(None, "--profile", help="Cost with the figures `uniap profile` measured (default: analytic).")
+
+
 class Recompute(str, Enum):
     none = "none"
     full = "full"
 
 
-def _workload(model_name: str, cluster_text: str, global_batch: int, seq_len: Optional[int], precision: Precision):
+def _workload(model_name: str, cluster_text: str, global_batch: int, seq_len: Optional[int], precision: Precision,
+              profile: Optional[str] = None):
+    """Model, cluster (calibrated by a profile when one is given) and workload of a command."""
     from uniap.spec import load_model
     from uniap.spec.cluster import load_cluster
     from uniap.spec.workload import Workload
 
     model = load_model(model_name, seq_len)
     cluster = load_cluster(cluster_text)
-    return model, cluster, Workload(global_batch, model.seq_len, precision.value)
+    workload = Workload(global_batch, model.seq_len, precision.value)
+    if profile is not None:
+        from uniap.profile import calibrate
+
+        cluster = calibrate(cluster, profile, model=model, workload=workload)
+    return model, cluster, workload
 
 
 @app.command()
@@ -96,6 +106,7 @@ def estimate(
     schedule: Schedule = SCHED,
     sequence_parallel: bool = typer.Option(False, "--sequence-parallel", help="Megatron sequence parallelism (tp > 1)."),
     plan: Optional[str] = typer.Option(None, "--plan", help="Re-cost a plan file instead of a uniform configuration."),
+    profile: Optional[str] = PROFILE,
     fmt: Fmt = FMT,
 ) -> None:
     """Cost a hand-written uniform configuration (tp/pp/dp/ZeRO/micro-batches), or re-cost a plan file."""
@@ -108,6 +119,10 @@ def estimate(
         result = Plan.load(plan)
         spec = _model_from_plan(result)
         clus = load_cluster(cluster or result.cluster["name"])
+        if profile is not None:
+            from uniap.profile import calibrate
+
+            clus = calibrate(clus, profile, model=spec, workload=workload_of(result))
         if clus.devices != result.world_size:
             raise UniapError(f"plan is for {result.world_size} devices but cluster {clus.name} has {clus.devices}")
         program, stage_of, strategy_of = cost_plan(result, spec, clus)
@@ -117,7 +132,7 @@ def estimate(
                    if v is None]
         if missing:
             raise UniapError(f"estimate needs {', '.join(missing)} (or --plan)")
-        spec, clus, workload = _workload(model, cluster, global_batch, seq_len, precision)
+        spec, clus, workload = _workload(model, cluster, global_batch, seq_len, precision, profile)
         result = estimate_uniform(spec, clus, workload, tp=tp, pp=pp, dp=dp, zero=zero,
                                   micro_batch_size=micro_batch_size, micro_batches=micro_batches,
                                   recompute=recompute is Recompute.full, sequence_parallel=sequence_parallel,
@@ -141,6 +156,7 @@ def plan(
     max_tp: Optional[int] = typer.Option(None, "--max-tp", help="Largest tensor-parallel degree to consider."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Candidates solved in parallel (default: cores, at most 2)."),
     out_path: Optional[str] = typer.Option(None, "--out", "-o", help="Write the plan JSON here."),
+    profile: Optional[str] = PROFILE,
     fmt: Fmt = FMT,
 ) -> None:
     """Find the fastest plan: one MIQP per pipeline configuration chooses stages and per-layer strategies together."""
@@ -149,7 +165,7 @@ def plan(
     from uniap.planner import plan_search
     from uniap.views import print_prediction
 
-    spec, clus, workload = _workload(model, cluster, global_batch, seq_len, precision)
+    spec, clus, workload = _workload(model, cluster, global_batch, seq_len, precision, profile)
     err = Console(stderr=True)
     with Progress(TextColumn("[bold]searching"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[best]}"),
                   TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal) as bar:
@@ -219,11 +235,17 @@ def _model_from_plan(plan):
 def _register_commands() -> None:
     """Commands that live in their own modules (one concern per file)."""
     from uniap.commands.compare import compare_command
+    from uniap.commands.demo import demo_command
+    from uniap.commands.profile import profile_command
     from uniap.commands.report import report_command
 
     app.command("compare", help="Compare uniap with baseline planners (Megatron grid, Galvatron, Alpa, DP, ZeRO-3) "
                 "on the same cost model.")(compare_command)
     app.command("report", help="Render a plan (and optionally a run) as a static HTML report with images.")(report_command)
+    app.command("profile", help="Measure layer times per strategy and collective α–β on local ranks (for --profile)."
+                )(profile_command)
+    app.command("demo", help="The end-to-end demo: profile a small GPT on 4 local ranks, plan it, run the chosen "
+                "plan and others, compare predicted with measured.")(demo_command)
 
 
 _register_commands()

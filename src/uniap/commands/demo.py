@@ -5,43 +5,37 @@ Registered by the CLI as `app.command("demo")(demo_command)`.
 
 from __future__ import annotations
 
-import json
-import sys
-from enum import Enum
 from typing import Optional
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from uniap.errors import UniapError
-
-
-class Fmt(str, Enum):
-    table = "table"
-    json = "json"
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.1f} ms"
+from uniap.commands.options import FMT, Fmt, emit_json
 
 
 def demo_table(result: dict) -> Table:
+    """One row per plan, fastest measured first: predicted and measured time, error, ranks, memory."""
     table = Table(title=f"{result['model']['name']} ({result['model']['parameters'] / 1e6:.1f} M parameters, seq "
-                        f"{result['model']['seq_len']}, global batch {result['global_batch']}) on {result['cluster']}",
-                  title_justify="left")
-    for col, justify in (("plan", "left"), ("predicted", "right"), ("measured", "right"), ("error", "right"),
-                         ("pred. rank", "right"), ("meas. rank", "right"), ("pred. mem", "right"),
-                         ("meas. mem", "right"), ("mem error", "right"), ("layout", "left")):
-        table.add_column(col, justify=justify)
+                        f"{result['model']['seq_len']}, global batch {result['global_batch']}) on {result['cluster']}: "
+                        f"iteration time and peak memory per rank, predicted vs measured",
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col, justify in (("plan", "left"), ("pred ms", "right"), ("meas ms", "right"), ("error", "right"),
+                         ("rank p/m", "right"), ("mem MB p/m", "right"), ("mem err", "right")):
+        table.add_column(col, justify=justify, no_wrap=True)
     for r in sorted(result["rows"], key=lambda r: r["measured_rank"]):
         name = f"[bold]{r['plan']}[/bold]" if r["chosen"] else r["plan"]
         merr = r.get("memory_error")
-        table.add_row(name, _ms(r["predicted_s"]), _ms(r["measured_s"]), f"{r['error'] * 100:+.1f}%",
-                      str(r["predicted_rank"]), str(r["measured_rank"]),
-                      f"{r['predicted_memory_bytes'] / 1e6:.1f} MB", f"{r['measured_memory_bytes'] / 1e6:.1f} MB",
-                      "—" if merr is None else f"{merr * 100:+.1f}%", r["description"])
+        table.add_row(name, f"{r['predicted_s'] * 1e3:.1f}", f"{r['measured_s'] * 1e3:.1f}",
+                      f"{r['error'] * 100:+.1f}%", f"{r['predicted_rank']}/{r['measured_rank']}",
+                      f"{r['predicted_memory_bytes'] / 1e6:.1f}/{r['measured_memory_bytes'] / 1e6:.1f}",
+                      "—" if merr is None else f"{merr * 100:+.1f}%")
     return table
+
+
+def layouts(result: dict) -> list[str]:
+    return [f"  {r['plan']}: {r['description']}" for r in sorted(result["rows"], key=lambda r: r["measured_rank"])]
 
 
 def summary_lines(result: dict) -> list[str]:
@@ -60,33 +54,40 @@ def summary_lines(result: dict) -> list[str]:
 
 def demo_command(
     out_dir: str = typer.Option("out/demo", "--out-dir", help="Folder for the profile, plans, figure and demo.json."),
-    nproc: int = typer.Option(4, "--nproc", help="Local ranks (CPU processes over gloo, or GPUs over NCCL)."),
-    steps: int = typer.Option(8, "--steps", help="Training steps per plan (the first is a warm-up)."),
-    reps: int = typer.Option(7, "--reps", help="Timed repetitions per profiled figure."),
+    nproc: Optional[int] = typer.Option(None, "--nproc", help="Local ranks: the GPUs over NCCL, else 4 CPU processes "
+                                                             "over gloo."),
+    steps: int = typer.Option(6, "--steps", help="Training steps per plan and round (the first is a warm-up)."),
+    rounds: int = typer.Option(2, "--rounds", help="Rounds over all plans (interleaved: a slow spell of a shared "
+                                                   "machine touches every plan a little)."),
+    reps: int = typer.Option(3, "--reps", help="Timed repetitions per profiled figure and pass."),
+    passes: int = typer.Option(2, "--passes", help="Profiling passes over everything."),
     profile: Optional[str] = typer.Option(None, "--profile", help="Reuse this profile instead of measuring one."),
     time_limit: Optional[float] = typer.Option(60.0, "--time-limit", help="Seconds for the plan search."),
-    fmt: Fmt = typer.Option(Fmt.table, "--format", "-f", help="table for people, json for programs."),
+    fmt: Fmt = FMT,
 ) -> None:
     """Profile a small GPT on local ranks, plan it, run the chosen plan and 12 others, report predicted vs measured."""
     from uniap.commands.profile import progress_bar
     from uniap.profile.demo import run_demo
 
-    if nproc < 1:
-        raise UniapError("--nproc must be >= 1")
     err = Console(stderr=True)
     bar, update = progress_bar(err)
 
     def say(text: str) -> None:
         if err.is_terminal:
             err.print(f"[dim]uniap demo:[/dim] {text}")
+            if not text.startswith("profiling"):
+                update(None, None, text, stage=text.split()[0])
 
     with bar:
-        result = run_demo(out_dir, nproc=nproc, steps=steps, reps=reps, profile_path=profile, time_limit=time_limit,
-                          progress=update, say=say)
+        result = run_demo(out_dir, nproc=nproc, steps=steps, rounds=rounds, reps=reps, passes=passes,
+                          profile_path=profile, time_limit=time_limit, progress=update, say=say)
     if fmt is Fmt.json:
-        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+        emit_json(result)
         return
     console = Console()
     console.print(demo_table(result))
     for line in summary_lines(result):
         console.print(line)
+    console.print("plans (stages separated by |):")
+    for line in layouts(result):
+        console.print(line, highlight=False)

@@ -7,20 +7,15 @@ Registered by the CLI as `app.command("profile")(profile_command)`. The file it 
 from __future__ import annotations
 
 import json
-import sys
-from enum import Enum
 from typing import Optional
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from uniap.commands.options import FMT, SEQ, Fmt, emit_json
 from uniap.errors import UniapError
-
-
-class Fmt(str, Enum):
-    table = "table"
-    json = "json"
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -35,14 +30,30 @@ def parse_sizes(text: str) -> list[int]:
 
 def progress_bar(console: Console):
     """A rich progress bar on `console` (stderr), drawn only when it is a terminal; returns (context, callback)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
-    bar = Progress(TextColumn("[bold]profiling"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[what]}"),
-                   TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal)
-    task = bar.add_task("profile", total=None, what="starting ranks")
+    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("{task.fields[what]}"), TimeElapsedColumn(), console=console, transient=True,
+                   disable=not console.is_terminal)
+    task = bar.add_task("profiling", total=None, what="starting ranks")
 
-    def update(done: int, total: int, what: str) -> None:
-        bar.update(task, completed=done, total=total, what=what)
+    def update(done: int | None, total: int | None, what: str, stage: str | None = None) -> None:
+        """done/total None keep the bar's counts; stage renames the bar (e.g. "running")."""
+        fields = {"what": what}
+        if done is not None:
+            fields["completed"] = done
+        if total is not None:
+            fields["total"] = total
+        if stage is not None:
+            fields["description"] = stage
+            fields["completed"], fields["total"] = 0, None
+        bar.update(task, **fields)
 
     return bar, update
 
@@ -54,47 +65,51 @@ def _ms(seconds: float) -> str:
 def profile_tables(doc: dict) -> list[Table]:
     """Rich tables of a profile: layer figures (measured strategies only) and collective fits."""
     sizes = doc["micro_batch_sizes"]
+    method = doc["method"]
     layers = Table(title=f"{doc['model']['name']} (seq {doc['model']['seq_len']}) on {doc['world_size']} "
-                         f"{doc['device']['kind']} ranks ({doc['device']['backend']}), median of "
-                         f"{doc['method']['reps']} reps after {doc['method']['warmup']} warm-up",
-                   title_justify="left")
-    layers.add_column("layer")
-    layers.add_column("ranks", justify="right")
-    layers.add_column("strategy")
-    for m in sizes:
-        layers.add_column(f"fwd+bwd ms @{m}", justify="right")
-    for col in ("fit ms: a + b·n", "act MB/sample", "static MB", "optim ms"):
-        layers.add_column(col, justify="right")
+                         f"{doc['device']['kind']} ranks ({doc['device']['backend']}): fwd+bwd ms at "
+                         f"{', '.join(map(str, sizes))} samples, median of {method['reps'] * method.get('passes', 1)}"
+                         f" reps; fit a+b·n ms; activations MB per sample; static MB; optimizer ms",
+                   title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col, justify in (("layer", "left"), ("d", "right"), ("strategy", "left"), ("fwd+bwd", "right"),
+                         ("fit", "right"), ("act", "right"), ("static", "right"), ("opt", "right")):
+        layers.add_column(col, justify=justify, no_wrap=True)
     for rec in doc["layers"]:
         if rec["runs_as"]:
             continue
         fit = rec["fit"]
-        layers.add_row(rec["kind"], str(rec["stage_size"]), rec["label"], *[_ms(t) for t in rec["fwd_bwd_s"]],
-                       f"{fit['a'] * 1e3:.2f} + {fit['b'] * 1e3:.2f}·n", f"{rec['act_fit']['b'] / 1e6:.2f}",
-                       f"{rec['static_bytes'] / 1e6:.2f}", _ms(rec["optimizer_s"]))
-    coll = Table(title="collectives (all groups at once): seconds = a + b·bytes", title_justify="left")
-    for col in ("op", "ranks", "a (µs)", "GB/s (1/b)", "sizes"):
-        coll.add_column(col, justify="left" if col in ("op", "sizes") else "right")
+        layers.add_row({"embedding": "embed"}.get(rec["kind"], rec["kind"]), str(rec["stage_size"]), rec["label"],
+                       " ".join(f"{t * 1e3:.1f}" for t in rec["fwd_bwd_s"]),
+                       f"{fit['a'] * 1e3:.1f}+{fit['b'] * 1e3:.2f}n", f"{rec['act_fit']['b'] / 1e6:.2f}",
+                       f"{rec['static_bytes'] / 1e6:.2f}", f"{rec['optimizer_s'] * 1e3:.2f}")
+    coll = Table(title="collectives (all groups at once): seconds = a + b·bytes", title_justify="left",
+                 box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("op", "ranks", "a µs", "GB/s (1/b)", "sizes"):
+        coll.add_column(col, justify="left" if col in ("op", "sizes") else "right", no_wrap=True)
     for rec in doc["collectives"]:
         b = rec["fit"]["b"]
         coll.add_row(rec["op"], str(rec["n"]), f"{rec['fit']['a'] * 1e6:.0f}", f"{1 / b / 1e9:.2f}" if b > 0 else "∞",
                      ", ".join(f"{x / 1024:.0f}K" for x in rec["bytes"]))
+    for rec in doc.get("pipeline") or []:
+        coll.add_row(f"pipeline slot ({rec['stages']} stages)", "", f"{rec['per_slot_s'] * 1e6:.0f}", "", "")
     return [layers, coll]
 
 
 def profile_command(
     model: str = typer.Option(..., "--model", "-m", help="Zoo name (a gpt2/llama decoder the runtime trains) or a "
                                                           "Hugging Face config.json."),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", help="Sequence length (default: the model's)."),
+    seq_len: Optional[int] = SEQ,
     nproc: Optional[int] = typer.Option(None, "--nproc", help="Local ranks (default: the GPUs, or 4 CPU ranks)."),
     out: str = typer.Option("profile.json", "--out", "-o", help="Profile file to write."),
     micro_batch_sizes: str = typer.Option("1,2,4", "--micro-batch-sizes", help="Samples per dp shard at which "
                                                                                 "layers are timed (a line is fitted)."),
     reps: int = typer.Option(5, "--reps", help="Timed repetitions per figure (median kept)."),
     warmup: int = typer.Option(2, "--warmup", help="Untimed repetitions before them."),
+    passes: int = typer.Option(1, "--passes", help="Passes over everything, each with --reps repetitions (a slow "
+                                                   "spell of a shared machine then touches every figure a little)."),
     max_tp: Optional[int] = typer.Option(None, "--max-tp", help="Largest tensor-parallel degree to measure."),
     timeout_s: float = typer.Option(120.0, "--timeout", help="Seconds a collective may wait before profiling fails."),
-    fmt: Fmt = typer.Option(Fmt.table, "--format", "-f", help="table for people, json for programs."),
+    fmt: Fmt = FMT,
 ) -> None:
     """Measure layer times/memory per strategy and collective α–β on local ranks; write a profile for --profile."""
     from uniap.profile.collect import profile_model
@@ -106,7 +121,7 @@ def profile_command(
     bar, update = progress_bar(err)
     with bar:
         doc = profile_model(spec.config, spec.seq_len, nproc, micro_batch_sizes=sizes, reps=reps, warmup=warmup,
-                            max_tp=max_tp, timeout_s=timeout_s, progress=update)
+                            passes=passes, max_tp=max_tp, timeout_s=timeout_s, progress=update)
     try:
         with open(out, "w") as fh:
             json.dump(doc, fh, indent=1)
@@ -114,7 +129,7 @@ def profile_command(
     except OSError as exc:
         raise UniapError(f"cannot write profile {out}: {exc.strerror or exc}") from None
     if fmt is Fmt.json:
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        emit_json(doc)
         return
     console = Console()
     for table in profile_tables(doc):

@@ -192,11 +192,11 @@ def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, st
         if nbytes not in pair_cache:
             pair_cache[nbytes] = _pair_tables(nbytes, strategies, links)
         R[u], Rp[u] = pair_cache[nbytes]
-    if cluster.profile:  # measured per layer with every rank busy; pipelines differ (see profile.calibrate)
-        from uniap.profile.calibration import pipeline_scale
+    if cluster.profile:  # what the measured runtime does beyond the per-layer figures (see profile.calibration)
+        from uniap.profile.calibration import adjust_tables
 
-        scale = pipeline_scale(cluster, stages, micro_batches, A, ok)
-        A, R = A * scale, R * scale
+        A, R, schedule = adjust_tables(cluster, model, workload, strategies, stages, micro_batches, schedule, A, R,
+                                       ok)
     groups = _group_ids(model.layers)
     return StageProgram(A=A, G=G, Ms=Ms, Ma=Ma, R=R, Rp=Rp, allowed=ok, stages=stages, micro_batches=micro_batches,
                         inflight=np.array(inflight(schedule, stages, micro_batches), dtype=float),

@@ -1,0 +1,318 @@
+"""Calibrated costs: a cluster whose cost tables come from a measured profile.
+
+    cluster = calibrate(load_cluster("cpu:1x4"), "profile.json", model=model, workload=workload)
+    plan_search(model, cluster, workload)      # every cost table now uses the measured figures
+
+`calibrate` returns a ClusterSpec whose `profile` holds the measured document and whose DeviceType carries
+figures fitted to it (FLOP rate, per-layer overhead, one α–β link). `cost.tables` asks this module first:
+
+  layer (A, G, Ms, Ma)  measured record of (layer signature, strategy) → A = a + b·samples (forward +
+                        backward with the layer's tp collectives and its per-micro-batch dp gradient
+                        reduction, as measured), G = the optimizer step, Ms = measured static bytes,
+                        Ma = measured saved-activation bytes (a + b·samples). Not in the profile (another
+                        layer, a strategy the runtime cannot run): None → the analytic model with the fitted
+                        device figures.
+  resharding (R)        what the runtime does (runtime.relayout): an all-gather of the source blocks over
+                        the stage when the source is split over dp, and of the gradient blocks when the
+                        destination is; measured all-gather fit for the stage size.
+  stage boundary (Rp)   every rank sends its local block of the activation to the same position of the next
+                        stage and receives the gradient back (runtime.pipeline): 2 × measured p2p, plus the
+                        re-layout into the next stage's first layer.
+  per configuration     (`adjust_tables`, for each pipeline degree P and micro-batch count c) what a real step
+                        adds to the per-layer figures: the runtime meter's scans of the rest of the stage's
+                        parameters; on shared CPU cores, less contention when a pipeline keeps fewer ranks busy
+                        than the profile did; the pipeline machinery's per-slot cost; GPipe for 1F1B with c < P.
+
+Torch-free (planning needs no torch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from uniap.errors import UniapError
+from uniap.profile.fit import Line
+from uniap.profile.schema import load_profile, model_fingerprint, signature_id, validate
+from uniap.spec.cluster import ClusterSpec, Link
+from uniap.strategies import Strategy
+
+
+def calibrate(cluster: ClusterSpec, profile, model=None, workload=None) -> ClusterSpec:
+    """`cluster` with the measured figures of `profile` (a path or a loaded document).
+
+    Refuses (UniapError, one line) a profile measured on another world size or device kind, and — when
+    given — for another model (architecture or sequence length) or precision.
+    """
+    doc = profile if isinstance(profile, dict) else load_profile(profile)
+    if isinstance(profile, dict):
+        validate(doc)
+    where = f"profile {profile}" if not isinstance(profile, dict) else "profile"
+    world = int(doc["world_size"])
+    if world != cluster.devices:
+        raise UniapError(f"{where} was measured on {world} ranks but cluster {cluster.name} has {cluster.devices} "
+                         f"devices")
+    kind = doc.get("device", {}).get("kind")
+    if kind and kind != cluster.device.kind:
+        raise UniapError(f"{where} was measured on {kind} devices but cluster {cluster.name} is {cluster.device.kind}")
+    if model is not None:
+        want = model_fingerprint(model.config, model.seq_len)
+        if doc["model"]["fingerprint"] != want:
+            raise UniapError(f"{where} was measured for model {doc['model'].get('name')!r} at seq_len "
+                             f"{doc['model']['seq_len']}, not {model.name!r} at seq_len {model.seq_len} "
+                             f"(run `uniap profile` for this model)")
+    if workload is not None and workload.precision != doc["precision"]:
+        raise UniapError(f"{where} was measured in {doc['precision']}; plan with --precision {doc['precision']}")
+    device = cluster.device
+    fitted = doc["fitted"]
+    rate = fitted["device"].get("flops_per_s")
+    precision = doc["precision"]
+    if rate:
+        peaks = dict(device.peak_flops)
+        peak = peaks.get(precision, 0.0)
+        if rate > peak:
+            peaks[precision] = peak = float(rate)
+        device = replace(device, peak_flops=peaks, gemm_efficiency=float(rate) / peak, half_efficiency_flops=0.0,
+                         layer_overhead_s=float(fitted["device"].get("layer_overhead_s") or device.layer_overhead_s))
+    link = fitted["link"]
+    if link.get("latency_s") is not None:
+        measured = Link(latency_s=float(link["latency_s"]),
+                        bandwidth=float(link["bandwidth"]) if link.get("bandwidth") else device.intra.bandwidth)
+        # Measured on one host: the intra-node link. Across nodes the profile knows nothing; keep the preset
+        # unless the whole world sat on one node (then inter is never used).
+        device = replace(device, intra=measured, inter=measured if cluster.nodes == 1 else device.inter)
+    return replace(cluster, device=device, profile=doc)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Lookups used by cost.tables (cached per profile document)
+
+class _Index:
+    def __init__(self, doc: dict):
+        self.doc = doc
+        self.precision = doc["precision"]
+        self.layers: dict[tuple, dict] = {}
+        for rec in doc["layers"]:
+            s = Strategy.from_json(rec["strategy"])
+            self.layers[(rec["signature"], s)] = rec
+        self.collectives = {(rec["op"], int(rec["n"])): Line.from_json(rec["fit"]) for rec in doc["collectives"]}
+        self.sig_ids: dict[tuple, str] = {}
+
+    def sig(self, signature: tuple) -> str:
+        got = self.sig_ids.get(signature)
+        if got is None:
+            got = self.sig_ids[signature] = signature_id(signature)
+        return got
+
+    def comm(self, op: str, nbytes: float, n: int, link: Link) -> float:
+        """Measured (op, n) fit when there is one, else the ring α–β of `link` (cost.comm)."""
+        if nbytes <= 0 or (n <= 1 and op != "p2p"):
+            return 0.0
+        line = self.collectives.get((op, n))
+        if line is not None:
+            return line(nbytes)
+        from uniap.cost import comm
+
+        return comm.p2p(nbytes, link) if op == "p2p" else getattr(comm, op)(nbytes, n, link)
+
+
+_CACHE: dict[int, tuple[dict, _Index]] = {}
+
+
+def _index(cluster: ClusterSpec) -> _Index:
+    doc = cluster.profile
+    hit = _CACHE.get(id(doc))
+    if hit is None or hit[0] is not doc:
+        hit = _CACHE[id(doc)] = (doc, _Index(doc))
+    return hit[1]
+
+
+def _normal(s: Strategy) -> Strategy:
+    return Strategy(s.dp, s.tp, s.zero if s.dp > 1 else 0, s.recompute, s.sp)
+
+
+def measured_layer_cost(cluster: ClusterSpec, layer, s: Strategy, micro_batch: int, workload):
+    """(A, G, Ms, Ma) of `layer` under `s` from the profile, or None when the profile does not hold it."""
+    idx = _index(cluster)
+    if workload.precision != idx.precision:
+        raise UniapError(f"the cluster's profile was measured in {idx.precision}; plan with --precision "
+                         f"{idx.precision}")
+    rec = idx.layers.get((idx.sig(layer.signature), _normal(s)))
+    if rec is None:
+        return None
+    samples = micro_batch / s.dp
+    A = Line.from_json(rec["fit"])(samples)
+    Ma = Line.from_json(rec["act_fit"])(samples)
+    return float(A), float(rec["optimizer_s"]), float(rec["static_bytes"]), float(Ma)
+
+
+def runtime_reshard_time(idx: _Index, nbytes: float, a: Strategy, b: Strategy, d: int, link: Link) -> float:
+    """runtime.relayout between adjacent layers of one stage of d ranks: layouts differ only by dp (sp runs as
+    tp). Forward: all-gather of the source's blocks (nbytes/a.dp each) over all d ranks when a.dp > 1;
+    backward: the same for the gradient blocks of b when b.dp > 1."""
+    if a.dp == b.dp:
+        return 0.0
+    t = 0.0
+    if a.dp > 1:
+        t += idx.comm("all_gather", d * nbytes / a.dp, d, link)
+    if b.dp > 1:
+        t += idx.comm("all_gather", d * nbytes / b.dp, d, link)
+    return t
+
+
+def pair_tables(cluster: ClusterSpec, nbytes: float, strategies: list[Strategy], stages: int, link_stage: Link,
+                link_boundary: Link) -> tuple[np.ndarray, np.ndarray]:
+    """(R, Rp) between every pair of strategies for an activation of `nbytes` (whole micro-batch)."""
+    idx = _index(cluster)
+    d = cluster.devices // stages
+    R = np.array([[runtime_reshard_time(idx, nbytes, a, b, d, link_stage) for b in strategies] for a in strategies])
+    # The sender's local block travels to the same position of the next stage and its gradient comes back.
+    send = np.array([2.0 * idx.comm("p2p", nbytes / a.dp, 2, link_boundary) for a in strategies])
+    Rp = send[:, None] + R
+    return R, Rp
+
+
+def adjust_tables(cluster: ClusterSpec, model, workload, strategies: list[Strategy], stages: int, micro_batches: int,
+                  schedule: str, A: np.ndarray, R: np.ndarray, allowed: np.ndarray):
+    """What the measured runtime does beyond the sum of its per-layer figures, for one pipeline configuration.
+
+    1. instrumentation (`meter_time`): the runtime's activation meter scans every parameter of the stage each
+       time a layer saves a tensor it does not know; the profile timed each layer with a meter over that layer
+       alone, so the scans of the stage's other layers' parameters are added;
+    2. contention and pipeline overhead (`pipeline_scale`) on the per-micro-batch stage tables;
+    3. the runtime runs 1F1B with fewer micro-batches than stages as GPipe (torch's 1F1B needs c >= P), which
+       keeps all c micro-batches in flight.
+    Returns (A, R, schedule).
+    """
+    A = A + meter_time(cluster, model, strategies, stages)
+    best = fastest_layer_times(cluster, model, workload, stages, micro_batches)
+    known = np.isfinite(best)
+    if not known.all():  # layers the profile lacks: their fastest entry in these tables
+        table = np.where(allowed, np.asarray(A, dtype=float), np.inf).min(axis=1)
+        best = np.where(known, best, table)
+    scale = pipeline_scale(cluster, stages, micro_batches, best[np.isfinite(best)])
+    if schedule == "1f1b" and micro_batches < stages:
+        schedule = "gpipe"
+    return A * scale, R * scale, schedule
+
+
+def meter_time(cluster: ClusterSpec, model, strategies: list[Strategy], stages: int) -> np.ndarray:
+    """(L, K) seconds per micro-batch of the runtime meter's scans of the *other* layers of a stage.
+
+    A layer that triggers m rescans per call pays m × (seconds per parameter tensor) × (parameter tensors of the
+    rest of its stage); a stage holds about 1/P of the model's parameter tensors (balanced stages assumed).
+    Zero when the profile measured no rescans (a meter that does not rescan, or an older profile).
+    """
+    idx = _index(cluster)
+    L, K = len(model.layers), len(strategies)
+    out = np.zeros((L, K))
+    counts = {}
+    for rec in idx.doc["layers"]:
+        meter = rec.get("meter")
+        if meter:
+            counts[rec["signature"]] = int(meter["param_tensors"])
+    if not counts:
+        return out
+    sigs = [idx.sig(layer.signature) for layer in model.layers]
+    mean = sum(counts.values()) / len(counts)
+    per_stage = sum(counts.get(sig, mean) for sig in sigs) / stages
+    for u, sig in enumerate(sigs):
+        for k, s in enumerate(strategies):
+            rec = idx.layers.get((sig, _normal(s)))
+            meter = rec.get("meter") if rec else None
+            if meter:
+                others = max(per_stage - int(meter["param_tensors"]), 0.0)
+                out[u, k] = float(meter["rescans_per_call"]) * float(meter["scan_s_per_param"]) * others
+    return out
+
+
+def busy_ranks(world: int, stages: int, micro_batches: int) -> float:
+    """Ranks computing at once, on average, in a balanced pipeline: a stage works c of the c + P − 1 slots."""
+    return world * micro_batches / (micro_batches + stages - 1)
+
+
+def sharing(cluster: ClusterSpec, busy: float) -> float:
+    """How much slower a rank computes with `busy` ranks computing at once than alone: ranks share the host's
+    cores (max(1, busy / cores)) on CPU; each has its own device on GPU (1)."""
+    doc = cluster.profile or {}
+    device = doc.get("device", {})
+    cores = device.get("cores")
+    if device.get("kind") != "cpu" or not cores:
+        return 1.0
+    return max(1.0, busy / float(cores))
+
+
+def concurrency_scale(cluster: ClusterSpec, stages: int, micro_batches: int) -> float:
+    """Factor on per-micro-batch stage times (A, R) for `stages` stages and `micro_batches` micro-batches.
+
+    Layer times are measured with every rank busy (N ranks sharing the cores: N/cores times slower than alone
+    on this CPU). In a pipeline a stage computes during c of the c + P − 1 slots of its schedule (fill and
+    drain leave it idle), so on average b = N·c/(c + P − 1) ranks compute at once and slow each other down
+    less: factor sharing(b) / sharing(N). 1 for a single stage and where ranks do not share (GPUs). A
+    balanced pipeline is assumed: a plan with a much lighter stage keeps even fewer ranks busy than this says.
+    """
+    if stages <= 1 or not cluster.profile:
+        return 1.0
+    n = int(cluster.profile["world_size"])
+    return min(1.0, sharing(cluster, busy_ranks(n, stages, micro_batches)) / sharing(cluster, n))
+
+
+def fastest_layer_times(cluster: ClusterSpec, model, workload, stages: int, micro_batches: int) -> np.ndarray:
+    """(L,) per layer, the least measured per-micro-batch time over every strategy the profile holds for a stage
+    of N/P ranks (inf where it holds none): a property of the configuration, not of which strategies a caller
+    put in its tables, so a plan costs the same in `plan` and in `estimate --plan`."""
+    idx = _index(cluster)
+    d = int(idx.doc["world_size"]) // stages
+    micro = workload.global_batch // micro_batches
+    best: dict[str, float] = {}
+    for rec in idx.doc["layers"]:
+        s = rec["strategy"]
+        dp = int(s["dp"])
+        if int(rec["stage_size"]) != d or micro % dp:
+            continue
+        t = Line.from_json(rec["fit"])(micro / dp)
+        if t < best.get(rec["signature"], np.inf):
+            best[rec["signature"]] = t
+    return np.array([best.get(idx.sig(layer.signature), np.inf) for layer in model.layers])
+
+
+def pipeline_scale(cluster: ClusterSpec, stages: int, micro_batches: int, fastest: np.ndarray) -> float:
+    """Factor on the per-micro-batch stage tables (A, R) of a pipeline configuration: contention + overhead.
+
+    1. contention (`concurrency_scale`): fewer ranks busy in a pipeline than when the layers were measured;
+    2. the pipeline machinery's per-slot cost ε(P) (send/receive, schedule; measured by the profile, slowed by
+       the ranks sharing cores like any other work) sits on every slot of the schedule — the stages' critical
+       path — while the UniAP objective charges stage boundaries only once (Σ o). It is spread over the
+       stages' layers in proportion to their time, assuming balanced stages of p̄ = Σ_u fastest[u] / P
+       (`fastest`: each layer's least time per micro-batch, see `fastest_layer_times`).
+    Together: φ + ε·sharing(b)/p̄. 1 for a single stage.
+    """
+    if stages <= 1 or not cluster.profile:
+        return 1.0
+    phi = concurrency_scale(cluster, stages, micro_batches)
+    eps = pipeline_slot_cost(cluster, stages)
+    if eps <= 0:
+        return phi
+    eps *= sharing(cluster, busy_ranks(int(cluster.profile["world_size"]), stages, micro_batches))
+    fastest = np.asarray(fastest, dtype=float)
+    p_bar = float(fastest.sum()) / stages if fastest.size else 0.0
+    return phi + (eps / p_bar if p_bar > 0 else 0.0)
+
+
+def pipeline_slot_cost(cluster: ClusterSpec, stages: int) -> float:
+    """Measured per-slot cost of the pipeline machinery for `stages` stages (nearest measured degree; 0 if none)."""
+    entries = (cluster.profile or {}).get("pipeline") or []
+    if not entries:
+        return 0.0
+    best = min(entries, key=lambda e: (abs(int(e["stages"]) - stages), -int(e["stages"])))
+    return float(best["per_slot_s"])
+
+
+def describe(cluster: ClusterSpec) -> str | None:
+    """One line naming the profile a cluster is calibrated with (None if analytic)."""
+    doc = cluster.profile
+    if not doc:
+        return None
+    return (f"calibrated with a {doc['device']['kind']} profile of {doc['model']['name']} "
+            f"({doc['world_size']} ranks, {doc['created']})")

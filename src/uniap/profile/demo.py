@@ -1,0 +1,364 @@
+"""`uniap demo`: profile a small GPT on local ranks, plan it with the calibrated cost model, run the chosen plan
+and a spread of hand-written ones, and compare predicted with measured.
+
+    result = run_demo(out_dir="out/demo", nproc=4)
+
+Steps (all on this machine, ~3–5 minutes on 2 CPU cores):
+  1. profile the demo model on `nproc` local ranks (`uniap profile`; gloo on CPU, NCCL on CUDA);
+  2. calibrate the local cluster with it and search the best plan (UniAP MIQP over every pipeline configuration);
+  3. cost the chosen plan and ~12 others (uniform DP, ZeRO-3, TP, dp×tp, recompute, pp=2 and pp=4 variants,
+     mixed per-layer plans) with the same calibrated model;
+  4. run them all in one torchrun launch (`runtime.run_many`), `steps` steps each, median step after the first;
+  5. report per plan predicted and measured iteration time and memory, the median absolute relative error,
+     Kendall τ between predicted and measured order and the chosen plan's regret.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
+
+from uniap.errors import UniapError
+from uniap.spec.model import ModelConfig
+from uniap.strategies import Strategy as S
+
+# The demo model: GPT-2 architecture, 4 blocks of hidden 256 (4 heads, FFN 1024), vocabulary 1024, 64 tokens;
+# ~4 M parameters. tiny-gpt (hidden 128) is so small that fixed per-call costs swamp every difference between
+# plans; at hidden 256 a block's compute is a few ms per sample, large enough to rank plans, small enough
+# that profiling and 13 runs fit in a few minutes on 2 cores.
+DEMO_MODEL = ModelConfig(name="demo-gpt", family="gpt2", layers=4, hidden=256, heads=4, ffn=1024, vocab=1024,
+                         max_seq=64, tied_embeddings=False)
+DEMO_SEQ = 64
+DEMO_BATCH = 16
+
+
+def local_cluster(nproc: int):
+    """The ranks of this host as a ClusterSpec: `cpu:1xN` on CPU; on CUDA the local GPUs (memory from the driver,
+    the other figures from the A100 preset until `calibrate` replaces them with measured ones)."""
+    from uniap.spec.cluster import DEVICE_TYPES, ClusterSpec, load_cluster
+
+    try:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    except ImportError:  # pragma: no cover
+        cuda = False
+    if not cuda:
+        return load_cluster(f"cpu:1x{nproc}")
+    if torch.cuda.device_count() < nproc:
+        raise UniapError(f"{nproc} ranks asked but only {torch.cuda.device_count()} GPUs are visible")
+    props = torch.cuda.get_device_properties(0)
+    device = replace(DEVICE_TYPES["a100-80g"], name=props.name, memory_bytes=float(props.total_memory))
+    return ClusterSpec(name=f"local-cuda:1x{nproc}", nodes=1, devices_per_node=nproc, device=device)
+
+
+def comparison_plans(config: ModelConfig, world: int, global_batch: int, seq_len: int) -> dict:
+    """Hand-written plans spanning the space: name -> Plan (runtime.plans.uniform_plan)."""
+    from uniap.runtime.plans import uniform_plan
+
+    L = config.layers
+    kw = dict(global_batch=global_batch, seq_len=seq_len, precision="fp32")
+    out = {}
+
+    def add(name, **args):
+        pp = args.get("pp", 1)
+        try:
+            split = megatron_split(config, seq_len, pp)
+            out[name] = uniform_plan(config, world, stage_layers=split, **{**kw, **args})
+        except UniapError:
+            pass  # not expressible on this world size / model (e.g. tp not dividing heads)
+
+    half = max(world // 2, 1)
+    add(f"dp{world}", dp=world)
+    add(f"dp{world}·z3", dp=world, zero=3)
+    add(f"dp{world}·rc", dp=world, recompute=True,  # embed and head are not recomputed
+        per_layer={"embed": S(world, 1), "head": S(world, 1)})
+    add(f"dp{world} c=4", dp=world, micro_batches=4)
+    add(f"tp{world}", tp=world)
+    if world >= 4:
+        add(f"dp{half}·tp2", dp=half, tp=2)
+    if world >= 2:
+        add(f"pp2·dp{half} c=4", pp=2, dp=half, micro_batches=4)
+        add(f"pp2·tp{half} c=4", pp=2, tp=half, micro_batches=4)
+        add("pp2 mixed c=4", pp=2, dp=half, micro_batches=4,
+            per_layer={f"block.{i}": S(1, half) for i in range(L // 2, L)} | {"head": S(1, half)})
+        # Megatron's split puts embed + blocks 0..L/2-1 on stage 0, the rest + head on stage 1
+    if world >= 4:
+        add("pp4 c=8", pp=4, micro_batches=8)
+        add("pp4 gpipe c=4", pp=4, micro_batches=4, schedule="gpipe")
+    # One stage, a different strategy per layer (DTensor re-layouts between them).
+    mixed = {"embed": S(world, 1, 0), "head": S(1, world)}
+    for i in range(L):
+        mixed[f"block.{i}"] = S(world, 1, 3) if i % 2 else S(half, world // half)
+    add("mixed 1 stage", dp=world, per_layer=mixed)
+    return out
+
+
+def hf_config(config: ModelConfig) -> dict | None:
+    """A Hugging Face GPT-2 `config.json` for `config` (so `uniap plan --model config.json` finds the same
+    architecture), or None for a model it cannot express."""
+    if config.family != "gpt2" or config.kv_channels or config.gated_mlp or config.norm != "layernorm" \
+            or not config.bias or not config.learned_positions:
+        return None
+    return {"model_type": "gpt2", "n_layer": config.layers, "n_embd": config.hidden, "n_head": config.heads,
+            "n_inner": config.ffn, "vocab_size": config.vocab, "n_positions": config.max_seq,
+            "tie_word_embeddings": config.tied_embeddings}
+
+
+def megatron_split(config: ModelConfig, seq_len: int, pp: int) -> list[int]:
+    """Layers per stage as Megatron splits them (blocks evenly, embedding on the first stage, head on the last)."""
+    from uniap.estimate import uniform_split
+    from uniap.spec.families import build_layers
+
+    stage_of = uniform_split(build_layers(config, seq_len), pp)
+    return [int((stage_of == i).sum()) for i in range(pp)]
+
+
+def predict_plan(plan, model, cluster) -> dict:
+    """The plan's `predicted` section under `cluster`'s cost model (the same numbers `estimate --plan` gives)."""
+    from uniap.estimate import cost_plan, predict, workload_of
+
+    program, stage_of, strategy_of = cost_plan(plan, model, cluster)
+    return predict(model, cluster, workload_of(plan), program, stage_of, strategy_of)
+
+
+def kendall_tau(x, y) -> float:
+    """Kendall's τ-b (ties counted as neither concordant nor discordant); 1.0 for fewer than 2 items."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    n = len(x)
+    conc = disc = tx = ty = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            dx, dy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
+            if dx == 0 and dy == 0:
+                continue
+            if dx == 0:
+                tx += 1
+            elif dy == 0:
+                ty += 1
+            elif dx == dy:
+                conc += 1
+            else:
+                disc += 1
+    denom = math.sqrt((conc + disc + tx) * (conc + disc + ty))
+    return float((conc - disc) / denom) if denom > 0 else 1.0
+
+
+def ranks(values) -> list[int]:
+    """1 = smallest."""
+    order = np.argsort(np.asarray(values, dtype=float), kind="stable")
+    out = [0] * len(order)
+    for r, i in enumerate(order):
+        out[int(i)] = r + 1
+    return out
+
+
+def statistics(rows: list[dict]) -> dict:
+    pred = [r["predicted_s"] for r in rows]
+    meas = [r["measured_s"] for r in rows]
+    errs = [abs(r["error"]) for r in rows]
+    chosen = [r for r in rows if r.get("chosen")]
+    best = min(meas)
+    mem = [abs(r["memory_error"]) for r in rows if r.get("memory_error") is not None]
+    return {
+        "median_abs_rel_error": float(np.median(errs)),
+        "kendall_tau": kendall_tau(pred, meas),
+        "regret": (chosen[0]["measured_s"] / best - 1.0) if chosen else None,
+        "memory_median_abs_rel_error": float(np.median(mem)) if mem else None,
+        "memory_max_abs_rel_error": float(np.max(mem)) if mem else None,
+    }
+
+
+def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, steps: int = 6, rounds: int = 2, reps: int = 3,
+             passes: int = 2,
+             warmup: int = 2, micro_batch_sizes=(1, 4, 16), rep_seconds: float = 0.05,
+             config: ModelConfig = DEMO_MODEL, seq_len: int = DEMO_SEQ, global_batch: int = DEMO_BATCH,
+             profile_path: str | Path | None = None, solver: str = "highs", time_limit: float | None = 60.0,
+             comparisons: int | None = None, timeout_s: float = 120.0, progress=None, say=None) -> dict:
+    """Profile → plan → run → compare. Returns the result dict (also written to OUT_DIR/demo.json).
+
+    Profile: `passes` passes of `reps` repetitions per figure at `micro_batch_sizes` samples per dp shard (they
+    should span the plans' micro-batches: lines are fitted through them). profile_path: reuse an existing profile
+    instead of measuring one. comparisons: run only the first N hand-written plans. progress(done, total, what)
+    reports the profiling; say(text) the stages.
+    """
+    from uniap.planner import plan_search
+    from uniap.profile.calibration import calibrate
+    from uniap.profile.collect import default_nproc, profile_model
+    from uniap.profile.schema import load_profile
+    from uniap.runtime.launch import run_many
+    from uniap.spec.families import build_layers
+    from uniap.spec.workload import Workload
+
+    say = say or (lambda text: None)
+    nproc = default_nproc() if nproc is None else int(nproc)
+    if nproc < 1:
+        raise UniapError("--nproc must be >= 1")
+    if steps < 2:
+        raise UniapError("--steps must be >= 2 (the first step is a warm-up)")
+    if rounds < 1:
+        raise UniapError("--rounds must be >= 1")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    model = build_layers(config, seq_len)
+    workload = Workload(global_batch, seq_len, "fp32")
+    hf = hf_config(config)
+    if hf is not None:  # so that `uniap plan --model OUT/config.json --profile OUT/profile.json` plans this model
+        (out / "config.json").write_text(json.dumps(hf, indent=1) + "\n")
+    cluster = local_cluster(nproc)
+    timings = {}
+
+    t0 = time.perf_counter()
+    if profile_path is None:
+        say(f"profiling {config.name} on {nproc} local ranks")
+        doc = profile_model(config, seq_len, nproc, micro_batch_sizes=micro_batch_sizes, reps=reps, warmup=warmup,
+                            passes=passes, rep_seconds=rep_seconds, timeout_s=timeout_s, progress=progress)
+        profile_path = out / "profile.json"
+        Path(profile_path).write_text(json.dumps(doc, indent=1) + "\n")
+    else:
+        doc = load_profile(profile_path)
+    timings["profile_s"] = time.perf_counter() - t0
+    calibrated = calibrate(cluster, doc, model=model, workload=workload)
+
+    t0 = time.perf_counter()
+    say("planning with the calibrated cost model")
+    chosen = plan_search(model, calibrated, workload, schedule="1f1b", solver=solver, time_limit=time_limit,
+                         workers=1)
+    timings["plan_s"] = time.perf_counter() - t0
+    chosen.save(out / "plan.json")
+
+    plans = {"uniap (chosen)": chosen}
+    seen = {_assignment_key(chosen)}
+    others = list(comparison_plans(config, nproc, global_batch, seq_len).items())
+    for name, plan in others[:comparisons]:
+        key = _assignment_key(plan)
+        if key in seen:
+            continue
+        seen.add(key)
+        plans[name] = plan
+    plan_dir = out / "plans"
+    plan_dir.mkdir(exist_ok=True)
+    paths = []
+    for i, (name, plan) in enumerate(plans.items()):
+        plan.predicted = predict_plan(plan, model, calibrated)
+        path = plan_dir / f"{i:02d}.json"
+        plan.save(path)
+        paths.append(str(path))
+    # Rounds: every plan runs `steps` steps, then every plan again, ... — a slow spell of the machine then
+    # touches every plan a little instead of a few plans a lot. One launch per round: the runtime keeps every
+    # job's process groups alive until its launch ends, and later jobs of a long launch run a few % slower.
+    t0 = time.perf_counter()
+    say(f"running {len(paths)} plans × {steps} steps, {rounds} round(s) of one launch each")
+    results = []
+    for _ in range(rounds):
+        results += run_many([{"plan": path, "steps": steps} for path in paths], nproc=nproc, timeout_s=timeout_s)
+    timings["run_s"] = time.perf_counter() - t0
+
+    reserve = calibrated.device.reserve_bytes
+    rows = []
+    for i, (name, plan) in enumerate(plans.items()):
+        runs = results[i::len(paths)]
+        timed = [t for res in runs for t in res["step_times_s"][1:]]  # each run's first step is its warm-up
+        pred_s = float(plan.predicted["iteration_time_s"])
+        meas_s = float(np.median(timed))
+        pred_mem = max(plan.predicted["peak_memory_bytes"]) - reserve  # the runtime's account has no reserve
+        meas_mem = max(max(res["peak_memory_bytes"]) for res in runs)
+        rows.append({
+            "plan": name, "chosen": name == "uniap (chosen)", "description": describe(plan),
+            "predicted_s": pred_s, "measured_s": meas_s, "error": (pred_s - meas_s) / meas_s,
+            "step_times_s": [res["step_times_s"] for res in runs],
+            "predicted_stage_s": plan.predicted["stage_time_s"],
+            "measured_stage_s": [res["stage_time_s"] for res in runs],
+            "predicted_memory_bytes": int(pred_mem), "measured_memory_bytes": int(meas_mem),
+            "memory_error": (pred_mem - meas_mem) / meas_mem if meas_mem > 0 else None,
+            "memory_method": runs[0].get("memory_method"),
+        })
+    for key, values in (("predicted_rank", [r["predicted_s"] for r in rows]),
+                        ("measured_rank", [r["measured_s"] for r in rows])):
+        for r, rank in zip(rows, ranks(values)):
+            r[key] = rank
+    result = {"rows": rows, **statistics(rows)}
+    timings["total_s"] = time.perf_counter() - started
+    result.update({
+        "model": {"name": config.name, "config": asdict(config), "seq_len": seq_len, "parameters": model.parameters},
+        "cluster": cluster.name, "global_batch": global_batch, "steps": steps, "rounds": rounds,
+        "statistic": "measured: median over rounds of the step times after each run's first step (a step's time "
+                     "is the slowest rank's)",
+        "profile": str(profile_path), "chosen_plan": str(out / "plan.json"),
+        "search": chosen.search, "timings_s": timings,
+    })
+    png = out / "predicted_vs_measured.png"
+    draw(result, png)
+    result["figure"] = str(png)
+    (out / "demo.json").write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def _assignment_key(plan) -> tuple:
+    return (plan.pipeline["degree"], plan.pipeline["micro_batches"], plan.pipeline["schedule"],
+            tuple((l.stage, l.strategy) for l in plan.layers))
+
+
+def describe(plan) -> str:
+    """A plan in one line: per stage, run-length grouped strategies."""
+    from itertools import groupby
+
+    stages = []
+    for stage in plan.stages:
+        layers = [l for l in plan.layers if l.stage == stage.index]
+        runs = []
+        for strategy, run in groupby(layers, key=lambda l: l.strategy):
+            run = list(run)
+            names = run[0].name if len(run) == 1 else f"{run[0].name}–{run[-1].name}"
+            runs.append(f"{names} {strategy.label()}")
+        stages.append(", ".join(runs))
+    pipe = plan.pipeline
+    head = f"pp{pipe['degree']} c={pipe['micro_batches']} {pipe['schedule']}: " if pipe["degree"] > 1 else \
+        f"c={pipe['micro_batches']}: "
+    return head + " | ".join(stages)
+
+
+def draw(result: dict, path: Path) -> None:
+    """Predicted vs measured iteration time (and memory) per plan, as a PNG (matplotlib Agg, no display)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    rows = result["rows"]
+    fig = Figure(figsize=(12, 5), dpi=110)
+    FigureCanvasAgg(fig)
+    ax, bx = fig.subplots(1, 2)
+    pred = np.array([r["predicted_s"] for r in rows]) * 1e3
+    meas = np.array([r["measured_s"] for r in rows]) * 1e3
+    hi = max(pred.max(), meas.max()) * 1.1
+    ax.plot([0, hi], [0, hi], color="#888888", lw=1, ls="--", label="predicted = measured")
+    ax.fill_between([0, hi], [0, hi * 0.9], [0, hi * 1.1], color="#DDDDDD", alpha=0.5, label="±10%")
+    for r, p, m in zip(rows, pred, meas):
+        ax.scatter([m], [p], color="#C44E52" if r["chosen"] else "#4C72B0", s=40 if r["chosen"] else 25, zorder=3)
+        ax.annotate(r["plan"], (m, p), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.set_xlim(0, hi)
+    ax.set_ylim(0, hi)
+    ax.set_xlabel("measured iteration time (ms)")
+    ax.set_ylabel("predicted iteration time (ms)")
+    tau, err, regret = result["kendall_tau"], result["median_abs_rel_error"], result["regret"]
+    ax.set_title(f"time: median |error| {err * 100:.1f}%, Kendall τ {tau:.2f}, regret "
+                 f"{(regret or 0) * 100:.1f}%", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
+    pm = np.array([r["predicted_memory_bytes"] for r in rows]) / 1e6
+    mm = np.array([r["measured_memory_bytes"] for r in rows]) / 1e6
+    x = np.arange(len(rows))
+    bx.bar(x - 0.2, pm, 0.4, label="predicted", color="#4C72B0")
+    bx.bar(x + 0.2, mm, 0.4, label="measured", color="#DD8452")
+    bx.set_xticks(x)
+    bx.set_xticklabels([r["plan"] for r in rows], rotation=60, ha="right", fontsize=7)
+    bx.set_ylabel("peak memory per rank (MB)")
+    merr = result.get("memory_median_abs_rel_error")
+    bx.set_title("memory" + (f": median |error| {merr * 100:.1f}%" if merr is not None else ""), fontsize=9)
+    bx.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(str(path))

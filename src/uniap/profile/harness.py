@@ -1,0 +1,428 @@
+"""The measuring side of `uniap profile`: runs on every rank of a torchrun world (gloo on CPU, NCCL on CUDA).
+
+For every stage size d (a divisor of the world size N, largest first) the world is cut into N/d groups of d
+consecutive ranks, and *all groups measure the same thing at the same time* — every rank is busy, as in a
+real run (CPU ranks share the cores; GPU ranks share nothing, so this costs nothing there). Inside a group
+every intra-layer strategy dp × tp = d the runtime can run is applied to one layer of each distinct type of
+the model (embed, block, head: one per LayerSpec signature) with the runtime's own code
+(`runtime.tensor_parallel`, `runtime.data_parallel`, recompute flag), and timed at a few micro-batch sizes:
+
+  time       forward and backward of the layer (its own tp collectives and dp gradient reduction included,
+             exactly as the runtime does them every micro-batch) — `warmup` untimed repetitions, then `reps`
+             timed ones, each started from a world barrier; per repetition the slowest rank counts; the
+             median over repetitions is kept. Wall clock on CPU, CUDA events on GPU.
+  memory     static bytes (parameters + gradients + optimizer state after a step, local shards: what
+             `runtime.measure.static_bytes` counts) and activation bytes kept for backward per micro-batch
+             (`runtime.measure.ActivationMeter`; on CUDA also the allocator's growth across the forward).
+  optimizer  the optimizer step of the layer's local parameters (SGD momentum, the runtime's default).
+
+Then α–β of all-reduce, all-gather, reduce-scatter (each group size > 1, all groups at once) and
+point-to-point (rank r ↔ r + N/2, all pairs at once) at a few message sizes.
+
+ZeRO-1 runs as ZeRO-2 in the runtime (FSDP2 has no separate mode) and sequence parallelism runs as plain
+tensor parallelism, so those strategies are not measured twice: the assembled profile copies the figures
+and says so (`runs_as`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+
+from uniap.models.decoder import build_layer, check_supported, lm_loss
+from uniap.profile.items import LayerType, work_items
+from uniap.runtime.data_parallel import apply_data_parallel
+from uniap.runtime.measure import ActivationMeter, static_bytes
+from uniap.runtime.tensor_parallel import apply_tensor_parallel
+from uniap.runtime.train import make_optimizer
+from uniap.spec.model import ModelConfig
+from uniap.strategies import Strategy
+
+
+def _count_scans(meter: ActivationMeter):
+    """Count the runtime meter's scans of its module's parameters (`ActivationMeter._param_storages`, called when
+    a saved tensor is not a known parameter storage). Returns (the original scan or None, scans, forwards)."""
+    scans, forwards = [0], [0]
+    scan = getattr(meter, "_param_storages", None)
+    if scan is None:
+        return None, scans, forwards
+
+    def counted():
+        scans[0] += 1
+        return scan()
+
+    meter._param_storages = counted
+    return scan, scans, forwards
+
+
+def _scan_seconds(scan, reps: int = 20) -> float:
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        scan()
+    return (time.perf_counter() - t0) / reps
+
+
+class Clock:
+    """Elapsed seconds of a region: CUDA events on the current stream on GPU, wall clock on CPU."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    @contextmanager
+    def region(self, out: list):
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            yield
+            end.record()
+            out.append((start, end))
+        else:
+            t0 = time.perf_counter()
+            yield
+            out.append(time.perf_counter() - t0)
+
+    def read(self, marks: list) -> list[float]:
+        if self.cuda:
+            torch.cuda.synchronize()
+            return [s.elapsed_time(e) / 1000.0 for s, e in marks]
+        return list(marks)
+
+
+class Harness:
+    def __init__(self, config: ModelConfig, seq_len: int, world: int, rank: int, device: torch.device, *,
+                 micro_batch_sizes: list[int], warmup: int, reps: int, seed: int = 0,
+                 collective_sizes: list[int] | None = None, rep_seconds: float = 0.05):
+        check_supported(config)
+        self.config, self.seq_len, self.world, self.rank, self.device = config, seq_len, world, rank, device
+        self.sizes = list(micro_batch_sizes)
+        self.warmup, self.reps, self.seed = int(warmup), int(reps), int(seed)
+        self.collective_sizes = list(collective_sizes or [16 << 10, 256 << 10, 1 << 20, 4 << 20])
+        self.rep_seconds = float(rep_seconds)
+        self.clock = Clock(device)
+        self._meshes: dict[tuple[int, int], DeviceMesh] = {}
+        self._groups: dict[int, dist.ProcessGroup] = {}
+
+    # -- groups ----------------------------------------------------------------------------------------
+    def mesh(self, dp: int, tp: int) -> DeviceMesh:
+        """This rank's (dp, tp) mesh inside its group of dp·tp consecutive ranks (every rank builds all)."""
+        key = (dp, tp)
+        if key not in self._meshes:
+            grid = torch.arange(self.world, dtype=torch.int).reshape(self.world // (dp * tp), dp, tp)
+            full = DeviceMesh(self.device.type, grid, mesh_dim_names=("group", "dp", "tp"))
+            self._meshes[key] = full["dp", "tp"]
+        return self._meshes[key]
+
+    def group(self, n: int) -> dist.ProcessGroup:
+        if n not in self._groups:
+            mine = None
+            for start in range(0, self.world, n):
+                g = dist.new_group(list(range(start, start + n)))
+                if start <= self.rank < start + n:
+                    mine = g
+            self._groups[n] = mine
+        return self._groups[n]
+
+    def _max(self, values: list[float]) -> list[float]:
+        """Element-wise max over all ranks."""
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t.cpu().tolist()
+
+    # -- layers ------------------------------------------------------------------------------------------
+    def _build(self, lt: LayerType, s: Strategy):
+        layer = build_layer(self.config, lt.index, self.seed).to(self.device)
+        if s.devices > 1:
+            mesh = self.mesh(s.dp, s.tp)
+            if s.tp > 1:
+                apply_tensor_parallel(layer, mesh["tp"])
+            layer.recompute = bool(s.recompute)
+            if s.dp > 1:
+                apply_data_parallel(layer, mesh["dp"], s.zero)
+        else:
+            layer.recompute = bool(s.recompute)
+        return layer
+
+    def _inputs(self, lt: LayerType, samples: int):
+        gen = torch.Generator(device="cpu").manual_seed(self.seed * 7919 + samples)
+        t, h, v = self.seq_len, self.config.hidden, self.config.vocab
+        if lt.kind == "embedding":
+            x = torch.randint(0, v, (samples, t), generator=gen).to(self.device)
+        else:
+            x = torch.randn((samples, t, h), generator=gen).to(self.device).requires_grad_(True)
+        grad = None if lt.kind == "head" else torch.randn((samples, t, h), generator=gen).to(self.device)
+        targets = torch.randint(0, v, (samples, t), generator=gen).to(self.device) if lt.kind == "head" else None
+        return x, grad, targets
+
+    def measure_layer(self, lt: LayerType, s: Strategy) -> dict:
+        """Forward/backward time and memory of one layer type under one strategy at every micro-batch size
+        (samples per device, i.e. per dp shard).
+
+        A repetition is `inner` calls back to back (as layers run in a real step), enough to last about
+        `rep_seconds`: on a CPU shared by several ranks a single call of a few ms is at the mercy of the
+        scheduler's time slices; the per-call figure is the repetition's time / inner.
+        """
+        layer = self._build(lt, s)
+        optimizer = make_optimizer(layer.parameters(), 1e-3, "sgd")
+        meter = ActivationMeter(layer)
+        scan, scans, forwards = _count_scans(meter)
+        rows = []
+        for samples in self.sizes:
+            x, grad, targets = self._inputs(lt, samples)
+            act = [0]
+
+            def call(marks_f: list, marks_b: list, key, x=x, grad=grad, targets=targets, act=act) -> None:
+                forwards[0] += 1
+                with self.clock.region(marks_f), meter.forward(key):
+                    out = layer(x)
+                    if targets is not None:  # the head's loss belongs to it (the runtime meters it with the stage)
+                        out = lm_loss(out, targets, targets.numel())
+                act[0] = max(act[0], meter.live.get(key, 0))
+                with self.clock.region(marks_b):
+                    if grad is None:
+                        out.backward()
+                    else:
+                        out.backward(grad)
+                meter.backward_done(key)
+
+            warm = []
+            for rep in range(max(self.warmup, 1)):
+                dist.barrier()
+                with self.clock.region(warm):
+                    call([], [], rep)
+            inner = self._inner(self.clock.read(warm)[-1])
+            fwd, bwd, total = [], [], []
+            for rep in range(self.reps):
+                fm, bm, tm = [], [], []
+                dist.barrier()
+                with self.clock.region(tm):
+                    for _ in range(inner):
+                        call(fm, bm, rep)
+                fwd.append(sum(self.clock.read(fm)) / inner)
+                bwd.append(sum(self.clock.read(bm)) / inner)
+                total.append(self.clock.read(tm)[0] / inner)
+            if self.device.type == "cuda":  # the allocator's view: growth across one forward (saved tensors + output)
+                torch.cuda.synchronize()
+                before = torch.cuda.memory_allocated(self.device)
+                with meter.forward("cuda"):
+                    out = layer(x)
+                    if targets is not None:
+                        out = lm_loss(out, targets, targets.numel())
+                act[0] = max(act[0], torch.cuda.memory_allocated(self.device) - before)
+                del out
+                meter.backward_done("cuda")
+            got = self._max(total + fwd + bwd + [float(act[0]), float(inner)])
+            r = self.reps
+            rows.append({"samples": samples, "fwd_bwd_s": got[:r], "fwd_s": got[r:2 * r], "bwd_s": got[2 * r:3 * r],
+                         "act_bytes": int(got[-2]), "inner": int(got[-1])})
+        warm = []
+        dist.barrier()
+        with self.clock.region(warm):
+            optimizer.step()
+        inner = self._inner(self.clock.read(warm)[0])
+        opt = []
+        for rep in range(self.reps):
+            marks = []
+            dist.barrier()
+            with self.clock.region(marks):
+                for _ in range(inner):
+                    optimizer.step()
+            opt.append(self.clock.read(marks)[0] / inner)
+        static = static_bytes(layer, optimizer)
+        params = len(list(layer.parameters()))
+        per_param = _scan_seconds(scan) / max(params, 1) if scan is not None else 0.0
+        rescans = (scans[0] - forwards[0]) / max(forwards[0], 1)  # beyond the one scan entering the context
+        summary = self._max(opt + [float(static), per_param, rescans])
+        optimizer.zero_grad(set_to_none=True)
+
+        meter_cost = {"rescans_per_call": summary[-1], "scan_s_per_param": summary[-2], "param_tensors": params}
+        return {"rows": rows, "optimizer_s": summary[:-3], "static_bytes": int(summary[-3]), "meter": meter_cost}
+
+    def _inner(self, seconds: float) -> int:
+        """Calls per repetition so that one lasts about `rep_seconds` (the same count on every rank)."""
+        want = 1 if seconds <= 0 else min(64, max(1, int(round(self.rep_seconds / seconds))))
+        return int(self._max([float(want)])[0])
+
+    # -- pipeline -------------------------------------------------------------------------------------------
+    def measure_pipeline(self, stages: int) -> dict:
+        """Per-slot cost of the pipeline machinery (`torch.distributed.pipelining`, 1F1B, point-to-point of the
+        model's activation at the middle micro-batch size between the same positions of consecutive stages, as
+        the runtime does) with a stand-in stage that computes almost nothing: step time / (c + P − 1), minus the
+        stand-in's own forward + backward."""
+        from torch import nn
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+        d = self.world // stages
+        stage, pos = self.rank // d, self.rank % d
+        mine = None
+        for p in range(d):
+            g = dist.new_group([s * d + p for s in range(stages)])
+            if p == pos:
+                mine = g
+        samples = self.sizes[len(self.sizes) // 2]
+        c = 2 * stages
+        h, t = self.config.hidden, self.seq_len
+        module = nn.Linear(h, 8).to(self.device)
+        stand_in = nn.Sequential(module, nn.Linear(8, h)).to(self.device)
+        inputs = torch.zeros((samples, t, h), device=self.device, requires_grad=stage > 0)
+        outputs = torch.zeros((samples, t, h), device=self.device, requires_grad=True)
+        pstage = PipelineStage(stand_in, stage, stages, self.device, input_args=inputs, output_args=outputs, group=mine)
+        members = [s * d + pos for s in range(stages)]
+        order = sorted(members)
+        pstage.stage_index_to_group_rank = {s: order.index(r) for s, r in enumerate(members)}
+        schedule = Schedule1F1B(pstage, n_microbatches=c, loss_fn=lambda y, tgt: (y - tgt).pow(2).sum(),
+                                scale_grads=False)
+        x = torch.randn((samples * c, t, h), device=self.device)
+        target = torch.randn((samples * c, t, h), device=self.device)
+
+        def step() -> None:
+            if stage == 0:
+                schedule.step(x)
+            elif stage == stages - 1:
+                schedule.step(target=target)
+            else:
+                schedule.step()
+
+        steps = []
+        for rep in range(self.warmup + self.reps):
+            marks = []
+            dist.barrier()
+            with self.clock.region(marks):
+                step()
+            if rep >= self.warmup:
+                steps.append(self.clock.read(marks)[0])
+        y = torch.randn((samples, t, h), device=self.device, requires_grad=True)
+        own = []
+        for _ in range(self.reps):
+            marks = []
+            with self.clock.region(marks):
+                stand_in(y).sum().backward()
+            own.append(self.clock.read(marks)[0])
+        got = self._max(steps + [sorted(own)[len(own) // 2]])
+        return {"stages": stages, "micro_batches": c, "samples": samples, "step_s": got[:-1], "stand_in_s": got[-1]}
+
+    # -- collectives -------------------------------------------------------------------------------------
+    def measure_collective(self, op: str, n: int) -> dict:
+        rows = []
+        group = self.group(n) if op != "p2p" else None
+        half = self.world // 2
+        for nbytes in self.collective_sizes:
+            elems = max(n, (nbytes // 4) // n * n)
+            full = torch.ones(elems, dtype=torch.float32, device=self.device)
+            part = torch.ones(elems // n, dtype=torch.float32, device=self.device)
+
+            def once(full=full, part=part) -> None:
+                if op == "all_reduce":
+                    dist.all_reduce(full, group=group)
+                elif op == "all_gather":
+                    dist.all_gather_into_tensor(full, part, group=group)
+                elif op == "reduce_scatter":
+                    dist.reduce_scatter_tensor(part, full, group=group)
+                elif self.rank < half:  # p2p: the first half sends to the second half, all pairs at once
+                    dist.send(full, self.rank + half)
+                elif self.rank < 2 * half:
+                    dist.recv(full, self.rank - half)
+
+            warm = []
+            for rep in range(max(self.warmup, 1)):
+                dist.barrier()
+                with self.clock.region(warm):
+                    once()
+            inner = self._inner(self.clock.read(warm)[-1])
+            times = []
+            for rep in range(self.reps):
+                marks = []
+                dist.barrier()
+                with self.clock.region(marks):
+                    for _ in range(inner):
+                        once()
+                times.append(self.clock.read(marks)[0] / inner)
+            rows.append({"bytes": elems * 4, "times_s": self._max(times)})
+        return {"rows": rows}
+
+
+def run_profile(spec: dict, rank: int, world: int, device: torch.device, progress=None) -> dict | None:
+    """Measure everything `work_items` lists; rank 0 returns the raw measurements (others None)."""
+    cfg = dict(spec["config"])
+    if "depths" in cfg:
+        cfg["depths"] = tuple(cfg["depths"])
+    config = ModelConfig(**cfg)
+    seq_len = int(spec["seq_len"])
+    torch.manual_seed(int(spec.get("seed", 0)))
+    h = Harness(config, seq_len, world, rank, device, micro_batch_sizes=spec["micro_batch_sizes"],
+                warmup=spec["warmup"], reps=spec["reps"], seed=int(spec.get("seed", 0)),
+                collective_sizes=spec.get("collective_sizes"), rep_seconds=float(spec.get("rep_seconds", 0.05)))
+    items = work_items(config, seq_len, world, spec.get("max_tp"))
+    passes = max(1, int(spec.get("passes", 1)))
+    got: list = [None] * len(items)
+    started = time.perf_counter()
+    total = passes * len(items)
+    # Several passes over everything, each with a share of the repetitions: a slow spell of the machine (other
+    # processes, the scheduler) then touches a little of every figure instead of all of a few.
+    for p in range(passes):
+        for i, item in enumerate(items):
+            if progress is not None and rank == 0:
+                progress(p * len(items) + i, total, _describe(item) + (f" (pass {p + 1}/{passes})" if passes > 1 else ""))
+            if item[0] == "layer":
+                new = h.measure_layer(item[2], item[3])
+            elif item[0] == "pipeline":
+                new = h.measure_pipeline(item[1])
+            else:
+                new = h.measure_collective(item[1], item[2])
+            got[i] = new if got[i] is None else _merge(got[i], new)
+    if progress is not None and rank == 0:
+        progress(total, total, "done")
+    if rank != 0:
+        return None
+    layers, collectives, pipeline = [], [], []
+    for item, res in zip(items, got):
+        if item[0] == "pipeline":
+            pipeline.append(res)
+        elif item[0] == "layer":
+            _, d, lt, s = item
+            layers.append({"d": d, "kind": lt.kind, "index": lt.index, "names": list(lt.names),
+                           "strategy": s.to_json(), **res})
+        else:
+            collectives.append({"op": item[1], "n": item[2], **res})
+    return {"layers": layers, "collectives": collectives, "pipeline": pipeline,
+            "seconds": time.perf_counter() - started,
+            "passes": passes, "threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
+
+
+def _merge(old: dict, new: dict) -> dict:
+    """Repetitions of two passes together (maxima for memory)."""
+    if "meter" in old:
+        a, b = old["meter"], new["meter"]
+        old = {**old, "meter": {**a, "rescans_per_call": max(a["rescans_per_call"], b["rescans_per_call"]),
+                                "scan_s_per_param": min(a["scan_s_per_param"], b["scan_s_per_param"])}}
+    if "step_s" in old:  # pipeline
+        return {**old, "step_s": list(old["step_s"]) + list(new["step_s"]),
+                "stand_in_s": min(old["stand_in_s"], new["stand_in_s"])}
+    rows = []
+    for a, b in zip(old["rows"], new["rows"]):
+        row = dict(a)
+        for key, value in b.items():
+            if key.endswith("_s") or key == "times_s":
+                row[key] = list(a[key]) + list(value)
+            elif key in ("act_bytes", "inner"):
+                row[key] = max(a[key], value)
+        rows.append(row)
+    out = {**old, "rows": rows}
+    if "optimizer_s" in old:
+        out["optimizer_s"] = list(old["optimizer_s"]) + list(new["optimizer_s"])
+        out["static_bytes"] = max(old["static_bytes"], new["static_bytes"])
+    return out
+
+
+def _describe(item: tuple) -> str:
+    if item[0] == "layer":
+        _, d, lt, s = item
+        return f"{lt.kind} on {d} rank{'s' if d > 1 else ''}: {s.label()}"
+    if item[0] == "pipeline":
+        return f"pipeline machinery over {item[1]} stages"
+    _, op, n = item
+    return f"{op} over {n} ranks"

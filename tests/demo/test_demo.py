@@ -1,0 +1,101 @@
+"""profile -> calibrated plan -> run, end to end at a tiny size (two short torchrun launches, 2 ranks)."""
+
+import json
+
+import pytest
+
+from uniap.errors import UniapError
+from uniap.spec.model import ModelConfig
+
+MICRO = ModelConfig(name="micro-gpt", family="gpt2", layers=2, hidden=64, heads=2, ffn=256, vocab=128, max_seq=16,
+                    tied_embeddings=False)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    from uniap.profile.demo import run_demo
+
+    out = tmp_path_factory.mktemp("demo")
+    result = run_demo(out, nproc=2, steps=2, rounds=1, reps=1, passes=1, warmup=1, micro_batch_sizes=(1, 2),
+                      rep_seconds=0.001, config=MICRO, seq_len=16, global_batch=4, comparisons=2, timeout_s=60)
+    return out, result
+
+
+def test_demo_reports_predicted_and_measured_for_every_plan(demo):
+    out, result = demo
+    rows = result["rows"]
+    assert len(rows) == 3 and sum(r["chosen"] for r in rows) == 1
+    for r in rows:
+        assert r["predicted_s"] > 0 and r["measured_s"] > 0
+        assert r["error"] == pytest.approx((r["predicted_s"] - r["measured_s"]) / r["measured_s"])
+        assert r["predicted_memory_bytes"] > 0 and r["measured_memory_bytes"] > 0
+    assert sorted(r["predicted_rank"] for r in rows) == [1, 2, 3]
+    assert sorted(r["measured_rank"] for r in rows) == [1, 2, 3]
+    assert -1.0 <= result["kendall_tau"] <= 1.0
+    assert result["regret"] >= 0 and result["median_abs_rel_error"] >= 0
+    # the --format json contract
+    assert {"rows", "median_abs_rel_error", "kendall_tau", "regret"} <= set(result)
+    assert {"plan", "predicted_s", "measured_s"} <= set(rows[0])
+    assert (out / "predicted_vs_measured.png").stat().st_size > 1000
+    assert json.loads((out / "demo.json").read_text())["rows"][0]["plan"] == rows[0]["plan"]
+
+
+def test_demo_profile_and_plan_are_consistent(demo):
+    from uniap.plan import Plan
+    from uniap.profile import calibrate, load_profile
+    from uniap.profile.demo import local_cluster, predict_plan
+    from uniap.spec.families import build_layers
+    from uniap.spec.workload import Workload
+
+    out, result = demo
+    doc = load_profile(out / "profile.json")
+    assert doc["world_size"] == 2 and doc["model"]["name"] == "micro-gpt" and doc["device"]["backend"] == "gloo"
+    assert doc["method"]["reps"] == 1 and doc["torch"]
+    assert {rec["kind"] for rec in doc["layers"]} == {"embedding", "block", "head"}
+    assert all(rec["fwd_bwd_s"] and min(rec["fwd_bwd_s"]) > 0 for rec in doc["layers"])
+    assert all(rec["static_bytes"] > 0 for rec in doc["layers"])
+    assert {(c["op"], c["n"]) for c in doc["collectives"]} == {("all_reduce", 2), ("all_gather", 2),
+                                                               ("reduce_scatter", 2), ("p2p", 2)}
+    assert doc["pipeline"] and doc["pipeline"][0]["stages"] == 2
+    plan = Plan.load(out / "plan.json")
+    assert plan.search and plan.search["candidates"] > 0
+    model = build_layers(MICRO, 16)
+    cluster = calibrate(local_cluster(2), doc, model=model, workload=Workload(4, 16, "fp32"))
+    # the chosen plan's prediction is the calibrated cost model's, the same number estimate --plan gives
+    chosen = next(r for r in result["rows"] if r["chosen"])
+    assert predict_plan(plan, model, cluster)["iteration_time_s"] == pytest.approx(chosen["predicted_s"])
+    analytic = predict_plan(plan, model, local_cluster(2))["iteration_time_s"]
+    assert analytic != pytest.approx(chosen["predicted_s"])
+
+
+def test_profile_command_rejects_bad_input_before_spawning(tmp_path):
+    from uniap.commands.profile import parse_sizes, profile_command
+
+    with pytest.raises(UniapError, match="at least two different"):
+        parse_sizes("4")
+    with pytest.raises(UniapError, match="comma-separated integers"):
+        parse_sizes("1,x")
+    kw = dict(seq_len=None, nproc=2, out=str(tmp_path / "p.json"), micro_batch_sizes="1,2", reps=1, warmup=0,
+              max_tp=None, timeout_s=10.0)
+    from uniap.commands.profile import Fmt
+
+    with pytest.raises(UniapError, match="tied embeddings"):
+        profile_command(model="gpt2", fmt=Fmt.json, **kw)  # the runtime cannot train tied embeddings
+    with pytest.raises(UniapError, match="unknown model"):
+        profile_command(model="no-such-model", fmt=Fmt.json, **kw)
+    with pytest.raises(UniapError, match="--nproc"):
+        profile_command(model="tiny-gpt", fmt=Fmt.json, **{**kw, "nproc": 0})
+    with pytest.raises(UniapError, match="--reps"):
+        profile_command(model="tiny-gpt", fmt=Fmt.json, **{**kw, "reps": 0})
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_demo_rejects_bad_input_before_spawning(tmp_path):
+    from uniap.profile.demo import run_demo
+
+    with pytest.raises(UniapError, match="--steps"):
+        run_demo(tmp_path, steps=1)
+    with pytest.raises(UniapError, match="--rounds"):
+        run_demo(tmp_path, rounds=0)
+    with pytest.raises(UniapError, match="cannot read profile"):
+        run_demo(tmp_path, profile_path=tmp_path / "missing.json")

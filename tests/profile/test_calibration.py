@@ -1,0 +1,228 @@
+"""The profile file, its checks, and what calibration does to the cost model (synthetic profiles, no torch)."""
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from synthetic import TINY, synthetic_profile
+
+from uniap.cost.tables import build_program
+from uniap.errors import UniapError
+from uniap.estimate import estimate_uniform
+from uniap.profile import SCHEMA, calibrate, load_profile
+from uniap.profile.calibration import (
+    concurrency_scale,
+    measured_layer_cost,
+    meter_time,
+    pipeline_scale,
+)
+from uniap.profile.schema import model_fingerprint, signature_id
+from uniap.spec.cluster import load_cluster
+from uniap.spec.families import build_layers
+from uniap.spec.workload import Workload
+from uniap.strategies import Strategy, enumerate_strategies
+
+SEQ = 32
+MODEL = build_layers(TINY, SEQ)
+FP32 = Workload(8, SEQ, "fp32")
+
+
+@pytest.fixture(scope="module")
+def doc():
+    return synthetic_profile(TINY, SEQ, 4)
+
+
+@pytest.fixture
+def path(tmp_path, doc):
+    p = tmp_path / "profile.json"
+    p.write_text(json.dumps(doc))
+    return p
+
+
+def test_profile_document_says_what_and_how(doc):
+    assert doc["schema"] == SCHEMA == "uniap.profile/1"
+    assert doc["model"]["fingerprint"] == model_fingerprint(TINY, SEQ) and doc["model"]["seq_len"] == SEQ
+    assert doc["world_size"] == 4 and doc["device"]["kind"] == "cpu" and doc["precision"] == "fp32"
+    assert {"warmup", "reps", "statistic", "timer", "concurrency"} <= set(doc["method"])
+    kinds = {rec["kind"] for rec in doc["layers"]}
+    assert kinds == {"embedding", "block", "head"}
+    # every stage size of 4 ranks, and ZeRO-1 / sp recorded as what the runtime runs them as
+    assert {rec["stage_size"] for rec in doc["layers"]} == {1, 2, 4}
+    z1 = [rec for rec in doc["layers"] if rec["strategy"]["zero"] == 1]
+    assert z1 and all(rec["runs_as"] and "z2" in rec["runs_as"] for rec in z1)
+    block = next(rec for rec in doc["layers"] if rec["kind"] == "block" and rec["label"] == "single")
+    assert block["samples"] == [1, 2, 4] and len(block["fwd_bwd_s"]) == 3
+    assert block["fit"]["r2"] == pytest.approx(1.0)
+    ops = {(c["op"], c["n"]) for c in doc["collectives"]}
+    assert {("all_reduce", 2), ("all_gather", 4), ("reduce_scatter", 4), ("p2p", 2)} <= ops
+
+
+def test_load_profile_round_trip(path, doc):
+    assert load_profile(path)["model"] == doc["model"]
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "cannot read profile"),
+    ("{not json", "not valid JSON"),
+    (json.dumps({"schema": "uniap.plan/1"}), "not a uniap profile"),
+    (json.dumps([1, 2]), "expected a JSON object"),
+])
+def test_bad_profile_files_fail_in_one_line(tmp_path, content, message):
+    p = tmp_path / "p.json"
+    if content is not None:
+        p.write_text(content)
+    with pytest.raises(UniapError, match=message) as err:
+        load_profile(p)
+    assert "\n" not in str(err.value)
+
+
+def test_malformed_profile_names_the_field(tmp_path, doc):
+    broken = json.loads(json.dumps(doc))
+    del broken["layers"][0]["fit"]
+    p = tmp_path / "p.json"
+    p.write_text(json.dumps(broken))
+    with pytest.raises(UniapError, match="malformed.*fit"):
+        load_profile(p)
+
+
+def test_profile_for_another_world_model_precision_or_device_is_refused(path):
+    with pytest.raises(UniapError, match="4 ranks but cluster cpu:1x8 has 8"):
+        calibrate(load_cluster("cpu:1x8"), path)
+    other = build_layers(replace(TINY, hidden=256, ffn=1024), SEQ)
+    with pytest.raises(UniapError, match="measured for model 'tiny-gpt'"):
+        calibrate(load_cluster("cpu:1x4"), path, model=other)
+    with pytest.raises(UniapError, match="seq_len 32"):
+        calibrate(load_cluster("cpu:1x4"), path, model=build_layers(TINY, 64))
+    with pytest.raises(UniapError, match="--precision fp32"):
+        calibrate(load_cluster("cpu:1x4"), path, model=MODEL, workload=Workload(8, SEQ, "bf16"))
+    with pytest.raises(UniapError, match="measured on cpu devices"):
+        calibrate(load_cluster("a100-80g:1x4"), path)
+
+
+def test_calibrated_layer_costs_are_the_measured_ones(path):
+    cluster = calibrate(load_cluster("cpu:1x4"), path, model=MODEL, workload=FP32)
+    block = MODEL.layers[1]
+    s = Strategy(2, 2, zero=3)
+    A, G, Ms, Ma = measured_layer_cost(cluster, block, s, 8, FP32)  # 8 samples over dp 2 -> 4 per device
+    doc = cluster.profile
+    rec = next(r for r in doc["layers"] if r["signature"] == signature_id(block.signature)
+               and r["label"] == s.label())
+    assert A == pytest.approx(rec["fwd_bwd_s"][-1])  # measured at 4 samples
+    assert Ms == rec["static_bytes"] and Ma == pytest.approx(4000)
+    assert G == pytest.approx(1e-4)
+    # ZeRO-1 and sp cost what the runtime runs them as
+    assert measured_layer_cost(cluster, block, Strategy(2, 2, zero=1), 8, FP32) == \
+        measured_layer_cost(cluster, block, Strategy(2, 2, zero=2), 8, FP32)
+    assert measured_layer_cost(cluster, block, Strategy(1, 4, sp=True), 8, FP32) == \
+        measured_layer_cost(cluster, block, Strategy(1, 4), 8, FP32)
+
+
+def test_calibration_moves_predictions_the_way_the_measurements_say(tmp_path):
+    cpu = load_cluster("cpu:1x4")
+
+    def tpi(doc):
+        p = tmp_path / "p.json"
+        p.write_text(json.dumps(doc))
+        cluster = calibrate(cpu, p, model=MODEL, workload=FP32)
+        return estimate_uniform(MODEL, cluster, FP32, dp=4).predicted["iteration_time_s"]
+
+    analytic = estimate_uniform(MODEL, cpu, FP32, dp=4).predicted["iteration_time_s"]
+    slow = tpi(synthetic_profile(TINY, SEQ, 4, rate=1e9, overhead=20e-3))
+    fast = tpi(synthetic_profile(TINY, SEQ, 4, rate=1e12, overhead=0.1e-3))
+    assert slow > analytic > fast  # a slow machine predicts slower, a fast one faster than the preset
+    # twice the fixed cost per call -> a longer iteration, by about the added overhead of the 6 layers
+    base = tpi(synthetic_profile(TINY, SEQ, 4, overhead=2e-3))
+    more = tpi(synthetic_profile(TINY, SEQ, 4, overhead=4e-3))
+    assert more > base
+    # memory comes from the measurement (12 B/param for SGD with momentum), not the analytic 16 B/param Adam
+    cluster = calibrate(cpu, synthetic_profile(TINY, SEQ, 4), model=MODEL, workload=FP32)
+    plan = estimate_uniform(MODEL, cluster, FP32, dp=4)
+    static = sum(12 * layer.params for layer in MODEL.layers)
+    act = 1000 * 1 * len(MODEL.layers)  # Megatron micro-batch size 1: 1 sample per device, 1000 B, every layer
+    assert plan.predicted["peak_memory_bytes"][0] - cluster.device.reserve_bytes == pytest.approx(static + act)
+
+
+def test_unprofiled_strategies_fall_back_to_the_fitted_device(path):
+    cluster = calibrate(load_cluster("cpu:1x4"), path, model=MODEL, workload=FP32)
+    assert cluster.device.layer_overhead_s == pytest.approx(2e-3)  # the synthetic single-rank block overhead
+    assert cluster.device.gemm_efficiency * cluster.peak("fp32") == pytest.approx(20e9)
+    # a layer the profile never saw (another hidden size) is costed analytically with those figures
+    alien = build_layers(replace(TINY, hidden=256, ffn=1024), SEQ).layers[1]
+    assert measured_layer_cost(cluster, alien, Strategy(4, 1), 8, FP32) is None
+    program = build_program(MODEL, cluster, FP32, 1, 1, enumerate_strategies(4))
+    assert np.all(program.A[program.allowed] > 0)
+
+
+def test_pipeline_scale_models_shared_cores_and_pipeline_overhead():
+    cpu = load_cluster("cpu:1x4")
+    own = calibrate(cpu, synthetic_profile(TINY, SEQ, 4, cores=4))
+    assert concurrency_scale(own, 4, 8) == 1.0  # every rank had its own core: nothing to correct
+    shared = calibrate(cpu, synthetic_profile(TINY, SEQ, 4, cores=2))
+    assert concurrency_scale(shared, 1, 8) == 1.0
+    # 4 ranks measured on 2 cores: 2x slower than alone. 4 stages, 8 micro-batches: 4·8/11 = 2.9 ranks busy on
+    # average -> 1.45x slower than alone
+    assert concurrency_scale(shared, 4, 8) == pytest.approx((32 / 11 / 2) / 2)
+    assert concurrency_scale(shared, 4, 64) > concurrency_scale(shared, 4, 8)  # long pipelines keep all busy
+    assert concurrency_scale(shared, 4, 2) == pytest.approx(0.5)  # 1.6 ranks busy: no sharing at all
+    gpu = synthetic_profile(TINY, SEQ, 4, cores=2)
+    gpu["device"]["kind"] = "cuda"
+    assert concurrency_scale(calibrate(load_cluster("a100-80g:1x4"), gpu), 4, 8) == 1.0
+    fastest = np.full(6, 0.01)
+    overhead = calibrate(cpu, synthetic_profile(TINY, SEQ, 4, per_slot=0.005))
+    # ε = 5 ms per slot on stages of 6·10 ms / 2 = 30 ms: +1/6
+    assert pipeline_scale(overhead, 2, 4, fastest) == pytest.approx(1 + 0.005 / 0.03)
+    assert pipeline_scale(overhead, 1, 4, fastest) == 1.0
+
+
+def test_a_plan_costs_the_same_whatever_strategies_the_tables_hold(path):
+    # `plan` builds tables over every strategy, `estimate --plan` over the plan's own: same TPI for the same plan
+    from uniap.solve.program import evaluate
+
+    cluster = calibrate(load_cluster("cpu:1x4"), synthetic_profile(TINY, SEQ, 4, per_slot=0.004))
+    every = enumerate_strategies(2)
+    few = [Strategy(2, 1)]
+    stage_of = np.array([0, 0, 0, 1, 1, 1])
+    full = build_program(MODEL, cluster, FP32, 2, 4, every)
+    own = build_program(MODEL, cluster, FP32, 2, 4, few)
+    k = every.index(Strategy(2, 1))
+    assert evaluate(full, stage_of, np.full(6, k)) == pytest.approx(evaluate(own, stage_of, np.zeros(6, dtype=int)))
+
+
+def test_meter_scans_of_the_rest_of_the_stage_are_added():
+    # the runtime meter rescans the stage's parameters on every unknown saved tensor: 10 rescans per call here
+    cluster = calibrate(load_cluster("cpu:1x4"), synthetic_profile(TINY, SEQ, 4, scan_s_per_param=1e-5))
+    strategies = enumerate_strategies(4)
+    one = meter_time(cluster, MODEL, strategies, 1)
+    two = meter_time(cluster, MODEL, strategies, 2)
+    total = 2 + 4 * 16 + 2  # parameter tensors of embed, 4 blocks, head
+    block = [k for k, s in enumerate(strategies) if s == Strategy(4, 1)][0]
+    assert one[1, block] == pytest.approx(10 * 1e-5 * (total - 16))
+    assert two[1, block] == pytest.approx(10 * 1e-5 * (total / 2 - 16))
+    free = calibrate(load_cluster("cpu:1x4"), synthetic_profile(TINY, SEQ, 4))
+    assert not meter_time(free, MODEL, strategies, 1).any()  # a meter that does not rescan costs nothing extra
+    base = build_program(MODEL, free, FP32, 1, 1, strategies).A
+    more = build_program(MODEL, cluster, FP32, 1, 1, strategies).A
+    assert np.all(more[base > 0] >= base[base > 0])
+
+
+def test_runtime_schedule_memory_for_short_1f1b(path):
+    # torch's 1F1B needs c >= P; the runtime then runs GPipe, which keeps all c micro-batches in flight
+    cluster = calibrate(load_cluster("cpu:1x4"), path, model=MODEL, workload=FP32)
+    program = build_program(MODEL, cluster, FP32, 4, 2, enumerate_strategies(1), "1f1b")
+    assert list(program.inflight) == [2, 2, 2, 2]
+    analytic = build_program(MODEL, load_cluster("cpu:1x4"), FP32, 4, 2, enumerate_strategies(1), "1f1b")
+    assert list(analytic.inflight) == [2, 2, 2, 1]
+
+
+def test_planning_with_a_profile_needs_no_torch(path):
+    code = ("import sys; from uniap.profile import calibrate; from uniap.spec.cluster import load_cluster; "
+            "from uniap.estimate import estimate_uniform; from uniap.spec.families import build_layers; "
+            "from uniap.spec.zoo import ZOO; from uniap.spec.workload import Workload; "
+            f"m = build_layers(ZOO['tiny-gpt'], {SEQ}); w = Workload(8, {SEQ}, 'fp32'); "
+            f"c = calibrate(load_cluster('cpu:1x4'), {str(path)!r}, model=m, workload=w); "
+            "estimate_uniform(m, c, w, dp=4); assert 'torch' not in sys.modules, 'torch imported'")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
