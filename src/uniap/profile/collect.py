@@ -13,7 +13,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import asdict
@@ -23,17 +22,12 @@ from pathlib import Path
 from uniap.errors import UniapError
 from uniap.profile import fit
 from uniap.profile.schema import SCHEMA, model_fingerprint, signature_id
+from uniap.runtime.launch import torchrun
 from uniap.spec.families import build_layers
 from uniap.spec.model import ModelConfig
 from uniap.strategies import Strategy
 
 MAX_NPROC = 64
-
-
-def _package_root() -> str:
-    import uniap
-
-    return str(Path(uniap.__file__).resolve().parent.parent)
 
 
 def default_nproc() -> int:
@@ -93,15 +87,7 @@ def _spawn(spec: dict, nproc: int, timeout_s: float, progress) -> dict:
     out.mkdir()
     (workdir / "spec.json").write_text(json.dumps(spec, default=list))
     log = workdir / "torchrun.log"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           "--max-restarts=0", "--monitor-interval=0.5", "-m", "uniap.profile.worker", str(workdir / "spec.json"),
-           str(out)]
-    env = dict(os.environ)
-    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK", "LOCAL_WORLD_SIZE",
-                "TORCHELASTIC_RUN_ID"):
-        env.pop(var, None)
-    env.setdefault("OMP_NUM_THREADS", "1")  # DESIGN: 1 thread per rank (2 was 4-5x slower with 4 ranks on 2 cores)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH")) if p)
+    cmd, env = torchrun("uniap.profile.worker", nproc, workdir / "spec.json", out)
     wall = float(timeout_s) * 20 + 600.0  # collectives time out after timeout_s; this only guards the launcher
     deadline = time.monotonic() + wall
     with open(log, "w") as fh:
