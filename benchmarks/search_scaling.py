@@ -6,7 +6,9 @@ Three tables:
 2. the whole search (`uniap plan`: every pipeline degree × micro-batch count) against layers (12…128) and devices
    (8…4096): GPT with hidden 4096, sequence 2048, global batch max(512, devices);
 3. the issue's targets: llama2-70b on a100-80g:8x8 (batch 512, seq 4096) ≤ 5 s proven optimal, and the
-   1-trillion-parameter GPT (128 layers, hidden 25600) on a100-80g:384x8 (batch 3072) ≤ 60 s, gap ≤ 1 %.
+   1-trillion-parameter GPT (128 layers, hidden 25600) on a100-80g:384x8 (batch 3072) ≤ 60 s, gap ≤ 1 %;
+4. HiGHS's default options against ours (backends.HIGHS_SPEED) on the six most promising programs (least lower
+   bound) of five model/cluster cases.
 
 Run: `python benchmarks/search_scaling.py` (`--quick` skips table 2's largest cells). Times vary ±50 % on a
 shared machine; compare within one run.
@@ -18,8 +20,12 @@ import argparse
 import time
 
 from uniap.errors import UniapError
-from uniap.planner import build_candidate, plan_search
+from uniap.planner import build_candidate, candidates, plan_search
+from uniap.solve.backends import HIGHS_SPEED, HighsBackend, limit_threads
+from uniap.solve.formulation import Formulation
 from uniap.solve.milp import solve
+from uniap.solve.program import lower_bound
+from uniap.solve.reduce import reduce_program
 from uniap.spec import load_model
 from uniap.spec.cluster import load_cluster
 from uniap.spec.families import build_layers
@@ -93,15 +99,47 @@ def targets(args) -> None:
               flush=True)
 
 
+def highs_options(args) -> None:
+    print("\n4) HiGHS options: defaults vs ours, one thread, no cut-off (seconds per MILP)")
+    print(f"{'case':<16} {'P':>4} {'c':>5} {'defaults':>9} {'ours':>7} {'same':>5}")
+    cases = [("llama2-70b", load_model("llama2-70b", 4096), "a100-80g:8x8", Workload(512, 4096, "bf16")),
+             ("gpt-1t", load_model("gpt-1t", 2048), "a100-80g:384x8", Workload(3072, 2048, "bf16")),
+             ("bert-huge", load_model("bert-huge", 512), "titanxp-12g:2x8", Workload(64, 512, "fp32")),
+             ("gpt-64x4096", build_layers(gpt(64, 4096), 2048), "a100-80g:8x8", Workload(512, 2048, "bf16")),
+             ("gpt-32x4096", build_layers(gpt(32, 4096), 2048), "a100-80g:64x8", Workload(512, 2048, "bf16"))]
+    limit_threads(1)
+    totals = [0.0, 0.0]
+    for label, model, cluster_name, workload in cases:
+        cluster = load_cluster(cluster_name)
+        programs = [build_candidate(c, model, cluster, workload, "1f1b", None)
+                    for c in candidates(model, cluster, workload)]
+        programs = sorted((p for p in programs if p is not None and lower_bound(p) < float("inf")), key=lower_bound)
+        for program in programs[:6]:
+            form = Formulation(program, reduce_program(program, fold=True))
+            seconds, bounds = [], []
+            for options in ({}, HIGHS_SPEED):
+                t = time.perf_counter()
+                result = HighsBackend(form.model, options).solve(args.unfolded_limit, None, 0.0, None)
+                seconds.append(time.perf_counter() - t)
+                bounds.append(result.bound if result.status == "optimal" else float("nan"))
+            totals = [a + b for a, b in zip(totals, seconds)]
+            same = abs(bounds[0] - bounds[1]) <= 1e-6 * abs(bounds[0])
+            print(f"{label:<16} {program.stages:>4} {program.micro_batches:>5} {seconds[0]:>9.2f} {seconds[1]:>7.2f} "
+                  f"{str(same):>5}", flush=True)
+    print(f"{'total':<27} {totals[0]:>9.2f} {totals[1]:>7.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip the largest whole-search cells")
-    parser.add_argument("--unfolded-limit", type=float, default=20.0, help="seconds per unfolded MILP")
+    parser.add_argument("--unfolded-limit", type=float, default=20.0,
+                        help="seconds per unfolded MILP (and per MILP of table 4)")
     parser.add_argument("--unfolded-max-layers", type=int, default=12, help="deepest model tried unfolded")
     parser.add_argument("--time-limit", type=float, default=120.0, help="seconds per whole search")
-    parser.add_argument("--only", choices=("single", "search", "targets"), help="print one table")
+    parser.add_argument("--only", choices=("single", "search", "targets", "options"), help="print one table")
     args = parser.parse_args()
-    for name, table in (("single", single_program), ("search", whole_search), ("targets", targets)):
+    for name, table in (("single", single_program), ("search", whole_search), ("targets", targets),
+                        ("options", highs_options)):
         if args.only in (None, name):
             table(args)
 

@@ -116,6 +116,21 @@ def test_bounds_never_exceed_the_optimum(seed):
     assert partition_bound(program) <= optimum * (1 + 1e-9)
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_partition_bound_with_a_cutoff_never_exceeds_the_optimum_or_the_cutoff(seed):
+    # With a cutoff the bound skips stage contents too slow to beat it: it must stay ≤ min(optimum, cutoff),
+    # and prove at least as much as the bound without one (it minimises over fewer partitions).
+    program = random_case(seed, max_layers=6)
+    ref = solve_reference(program)
+    if ref is None:
+        pytest.skip("an infeasible case: every bound is valid")
+    for factor in (0.9, 1.0, 1.05, 1.5):
+        cutoff = ref.objective * factor
+        bound = partition_bound(program, cutoff)
+        assert bound <= min(ref.objective, cutoff) * (1 + 1e-9)
+        assert bound >= min(partition_bound(program), cutoff) * (1 - 1e-9)
+
+
 def test_partition_bound_is_exact_without_side_costs():
     # One strategy, no resharding, sends or once-per-iteration time: the TPI is a function of the partition only,
     # which the DP enumerates exactly (the layers are identical except the first and the last).

@@ -38,20 +38,23 @@ class StageLinks:
 
 def stage_links(cluster: ClusterSpec, stages: int, strategies: list[Strategy]) -> StageLinks:
     d = cluster.devices // stages
-    starts = range(0, cluster.devices, d)
+    starts = np.arange(0, cluster.devices, d)[:, None]
     tp_links, dp_links = {}, {}
     for tp in sorted({s.tp for s in strategies}):
-        tp_links[tp] = _slowest(cluster, [(st + j, st + j + tp - 1) for st in starts for j in range(0, d, tp)])
-        dp_links[tp] = _slowest(cluster, [(st + j, st + d - tp + j) for st in starts for j in range(tp)])
-    stage = _slowest(cluster, [(st, st + d - 1) for st in starts])
-    boundary = _slowest(cluster, [(r, r + d) for r in range(0, cluster.devices - d)]) \
-        if stages > 1 else cluster.device.intra
+        tp_first = starts + np.arange(0, d, tp)  # tp groups: tp contiguous ranks
+        tp_links[tp] = _slowest(cluster, tp_first, tp_first + tp - 1)
+        dp_first = starts + np.arange(tp)  # dp groups: stride tp across the stage
+        dp_links[tp] = _slowest(cluster, dp_first, dp_first + d - tp)
+    stage = _slowest(cluster, starts, starts + d - 1)
+    senders = np.arange(0, cluster.devices - d)
+    boundary = _slowest(cluster, senders, senders + d) if stages > 1 else cluster.device.intra
     return StageLinks(tp_links, dp_links, stage, boundary)
 
 
-def _slowest(cluster: ClusterSpec, spans: list[tuple[int, int]]) -> Link:
+def _slowest(cluster: ClusterSpec, first: np.ndarray, last: np.ndarray) -> Link:
     """Inter-node as soon as one group's first and last rank sit on different nodes (ranks fill nodes in order)."""
-    crosses = any(cluster.node_of(first) != cluster.node_of(last) for first, last in spans)
+    per_node = cluster.devices_per_node
+    crosses = bool(np.any(first // per_node != last // per_node))
     return cluster.device.inter if crosses else cluster.device.intra
 
 
@@ -170,16 +173,18 @@ def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, st
     micro = workload.global_batch // micro_batches
     links = stage_links(cluster, stages, strategies)
     L, K = len(model.layers), len(strategies)
-    A, G, Ms, Ma = (np.zeros((L, K)) for _ in range(4))
-    ok = np.zeros((L, K), dtype=bool)
-    cache: dict[tuple, tuple] = {}
-    for u, layer in enumerate(model.layers):
+    row_of: dict[object, int] = {}  # layers of one signature share one row of costs
+    index = np.array([row_of.setdefault(layer.signature or (u,), len(row_of)) for u, layer in enumerate(model.layers)])
+    firsts = [model.layers[int(np.argmax(index == r))] for r in range(len(row_of))]
+    costs = np.zeros((len(firsts), K, 4))
+    good = np.zeros((len(firsts), K), dtype=bool)
+    for r, layer in enumerate(firsts):
         for k, s in enumerate(strategies):
-            key = (layer.signature or (u,), k)
-            if key not in cache:
-                good = disallowed(layer, s, micro) is None
-                cache[key] = (good, layer_cost(layer, s, micro, cluster, workload, links) if good else (0, 0, 0, 0))
-            ok[u, k], (A[u, k], G[u, k], Ms[u, k], Ma[u, k]) = cache[key]
+            good[r, k] = disallowed(layer, s, micro) is None
+            if good[r, k]:
+                costs[r, k] = layer_cost(layer, s, micro, cluster, workload, links)
+    A, G, Ms, Ma = (costs[index, :, j] for j in range(4))
+    ok = good[index]
     R = np.zeros((max(L - 1, 0), K, K))
     Rp = np.zeros((max(L - 1, 0), K, K))
     pair_cache: dict[float, tuple[np.ndarray, np.ndarray]] = {}

@@ -17,6 +17,23 @@ ABS_GAP = 1e-9
 """Absolute MIP gap on the scaled objective (≳ 1): small enough that the relative gap decides."""
 
 
+HIGHS_ACCURACY = {"primal_feasibility_tolerance": 1e-9, "mip_feasibility_tolerance": 1e-9}
+"""The bottleneck row B >= p_i enters the objective multiplied by c - 1 (up to hundreds of micro-batches), so a row
+met only to the default 1e-6 feasibility tolerance under-states the TPI by (c - 1)·1e-6 of the scale: enough to
+miss a proof of optimality by 1e-4. Tighter tolerances keep the MILP's objective equal to evaluate() of the plan."""
+
+HIGHS_SPEED = {
+    "mip_pscost_minreliable": 2,  # fewer strong-branching probes per variable before trusting pseudo-costs
+    # On the folded programs the root is dominated by sub-MIP heuristics and a restart once presolve has fixed
+    # columns; without them the same proofs come about twice as fast (the UOP's cut-off prunes in their stead).
+    "mip_heuristic_run_rins": False,
+    "mip_heuristic_run_rens": False,
+    "mip_heuristic_run_root_reduced_cost": False,
+    "mip_allow_restart": False,
+}
+"""Options that only change how fast HiGHS proves optimality: over the 30 programs of 5 zoo cases in
+`benchmarks/search_scaling.py --only options` they took 28 s against 52 s with HiGHS's defaults."""
+
 _threads: int | None = None
 
 
@@ -37,7 +54,8 @@ class MipResult:
 class HighsBackend:
     """HiGHS through highspy, model passed as arrays (fast: no per-variable Python objects)."""
 
-    def __init__(self, model: LinearModel):
+    def __init__(self, model: LinearModel, options: dict | None = None):
+        """`options` replaces HIGHS_SPEED (the benchmark compares them with HiGHS's defaults, `{}`)."""
         import highspy
 
         self._highspy = highspy
@@ -46,15 +64,8 @@ class HighsBackend:
         h.setOptionValue("output_flag", False)
         if _threads is not None:
             h.setOptionValue("threads", _threads)
-        # Fewer strong-branching probes per variable before trusting pseudo-costs: 15-20 % faster on the
-        # folded programs of benchmarks/solver_scaling.py and real cost tables (the default is 8).
-        h.setOptionValue("mip_pscost_minreliable", 2)
-        # The bottleneck row B >= p_i enters the objective multiplied by c - 1 (up to hundreds of micro-batches),
-        # so a row met only to the default 1e-6 feasibility tolerance under-states the TPI by (c - 1)·1e-6 of
-        # the scale: enough to miss a proof of optimality by 1e-4. Tighter tolerances keep the MILP's objective
-        # equal to evaluate() of the decoded plan.
-        h.setOptionValue("primal_feasibility_tolerance", 1e-9)
-        h.setOptionValue("mip_feasibility_tolerance", 1e-9)
+        for name, value in {**HIGHS_ACCURACY, **(HIGHS_SPEED if options is None else options)}.items():
+            h.setOptionValue(name, value)
         lp = highspy.HighsLp()
         lp.num_col_, lp.num_row_ = model.columns, model.rows
         lp.col_cost_, lp.col_lower_, lp.col_upper_ = model.cost, model.lb, model.ub

@@ -73,27 +73,39 @@ def _least(fronts: list[tuple[np.ndarray, np.ndarray]], cap: float) -> float:
     return float(c.min())
 
 
-def partition_bound(program: StageProgram) -> float:
+def partition_bound(program: StageProgram, cutoff: float | None = None) -> float:
     """A lower bound on the TPI of every plan of `program` (math.inf if no partition into P stages fits).
 
     ω ranges over spreading g evenly and putting it all on the first or the last stage (where embeddings and
-    heads, the usual max-g stages, sit)."""
+    heads, the usual max-g stages, sit). With a `cutoff` (a TPI the caller already has) the bound is only
+    computed for plans that could beat it and capped at it: a stage whose layers alone take
+    p ≥ (cutoff − S)/(c − 1), S = Σ least layer times, puts TPI ≥ S + (c − 1)·p ≥ cutoff. Stage contents longer
+    than that are never built, which keeps deep pipelines (few layers per stage) cheap to bound."""
     P, L, c = program.stages, program.layers, program.micro_batches
     reduced = reduce_program(program, fold=True)
     runs = reduced.runs
     if any(len(run.keep) == 0 for run in runs):
         return math.inf
+    least_layer = np.array([reduced.A[run.first, run.keep].min() for run in runs])
+    depth = [min(run.length, L - P + 1) for run in runs]  # most layers of a run one stage may hold
+    if cutoff is not None and c > 1:
+        budget = (cutoff - float(least_layer @ [run.length for run in runs])) / (c - 1)
+        if budget <= 0:
+            return float(cutoff)
+        depth = [d if a <= 0 else min(d, math.ceil(budget / a)) for d, a in zip(depth, least_layer)]
     run_of = np.repeat(np.arange(len(runs)), [run.length for run in runs])
     send = np.zeros(L)  # send[u]: cheapest send across a boundary just before layer u ≥ 1
     for u in range(1, L):
         left, right = runs[run_of[u - 1]], runs[run_of[u]]
         send[u] = reduced.Rp[u - 1][np.ix_(left.keep, right.keep)].min()
-    tables: dict[tuple[int, float], np.ndarray] = {}
+    inflight = np.asarray(program.inflight, dtype=float)
+    tables: dict[tuple[float, float], np.ndarray] = {}
 
-    def table(i: int, share: float) -> np.ndarray:
-        if (i, share) not in tables:
-            tables[i, share] = _stage_table(program, reduced, i, share)
-        return tables[i, share]
+    def table(i: int, share: float) -> np.ndarray:  # stages alike in in-flight count and share share a table
+        key = (float(inflight[i]), share)
+        if key not in tables:
+            tables[key] = _stage_table(program, reduced, key[0], share, depth)
+        return tables[key]
 
     time_t = np.stack([table(i, 0.0) for i in range(P)])
     candidates = np.unique(time_t[np.isfinite(time_t)])
@@ -104,22 +116,23 @@ def partition_bound(program: StageProgram) -> float:
     for omega in (np.full(P, 1.0 / P), np.eye(P)[0], np.eye(P)[P - 1]):
         cost_t = np.stack([table(i, float(omega[i])) for i in range(P)])
         best = max(best, _best(cost_t, time_t, send, candidates[candidates >= bottleneck], c))
-    return best
+    return best if cutoff is None else min(best, float(cutoff))
 
 
-def _stage_table(program: StageProgram, reduced: Reduced, i: int, share: float) -> np.ndarray:
-    """(L+1, L+1): least Σ (A + share·G) of content [u, v) on stage i under its memory (inf: does not fit)."""
-    L, P = program.layers, program.stages
+def _stage_table(program: StageProgram, reduced: Reduced, infl: float, share: float,
+                 depth: list[int]) -> np.ndarray:
+    """(L+1, L+1): least Σ (A + share·G) of content [u, v) on a stage holding `infl` micro-batches, under its
+    memory (inf: does not fit, or holds more than depth[r] layers of some run r)."""
+    L = program.layers
     runs = reduced.runs
     cap = float(program.memory_capacity) * (1 + MEMORY_RTOL)
-    infl = float(np.asarray(program.inflight, dtype=float)[i])
     fronts = []
-    for run in runs:
+    for run, most in zip(runs, depth):
         cost = reduced.A[run.first, run.keep] + share * reduced.G[run.first, run.keep]
         weight = reduced.Ms[run.first, run.keep] + infl * reduced.Ma[run.first, run.keep]
         if cap == math.inf:
             weight = np.zeros_like(weight)  # memory never binds: each front collapses to its cheapest point
-        fronts.append(front(cost, weight, min(run.length, L - P + 1), cap))
+        fronts.append(front(cost, weight, most, cap))
     out = np.full((L + 1, L + 1), math.inf)
     for r, run in enumerate(runs):  # contents inside one run: their count is all that matters
         least = np.full(run.length + 1, math.inf)
