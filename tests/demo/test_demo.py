@@ -16,7 +16,7 @@ def demo(tmp_path_factory):
     from uniap.profile.demo import run_demo
 
     out = tmp_path_factory.mktemp("demo")
-    result = run_demo(out, nproc=2, steps=2, rounds=1, reps=1, passes=1, warmup=1, micro_batch_sizes=(1, 2),
+    result = run_demo(out, nproc=2, steps=3, rounds=1, reps=1, passes=1, warmup=1, micro_batch_sizes=(1, 2),
                       rep_seconds=0.001, config=MICRO, seq_len=16, global_batch=4, comparisons=2, timeout_s=60)
     return out, result
 
@@ -94,7 +94,7 @@ def test_demo_rejects_bad_input_before_spawning(tmp_path):
     from uniap.profile.demo import run_demo
 
     with pytest.raises(UniapError, match="--steps"):
-        run_demo(tmp_path, steps=1)
+        run_demo(tmp_path, steps=2)
     with pytest.raises(UniapError, match="--rounds"):
         run_demo(tmp_path, rounds=0)
     with pytest.raises(UniapError, match="cannot read profile"):

@@ -56,11 +56,11 @@ def demo_command(
     out_dir: str = typer.Option("out/demo", "--out-dir", help="Folder for the profile, plans, figure and demo.json."),
     nproc: Optional[int] = typer.Option(None, "--nproc", help="Local ranks: the GPUs over NCCL, else 4 CPU processes "
                                                              "over gloo."),
-    steps: int = typer.Option(6, "--steps", help="Training steps per plan and round (the first is a warm-up)."),
-    rounds: int = typer.Option(2, "--rounds", help="Rounds over all plans (interleaved: a slow spell of a shared "
+    steps: int = typer.Option(8, "--steps", help="Training steps per plan and round (the first 2 are a warm-up)."),
+    rounds: int = typer.Option(3, "--rounds", help="Rounds over all plans (interleaved: a slow spell of a shared "
                                                    "machine touches every plan a little)."),
     reps: int = typer.Option(3, "--reps", help="Timed repetitions per profiled figure and pass."),
-    passes: int = typer.Option(2, "--passes", help="Profiling passes over everything."),
+    passes: int = typer.Option(3, "--passes", help="Profiling passes over everything."),
     profile: Optional[str] = typer.Option(None, "--profile", help="Reuse this profile instead of measuring one."),
     time_limit: Optional[float] = typer.Option(60.0, "--time-limit", help="Seconds for the plan search."),
     fmt: Fmt = FMT,
