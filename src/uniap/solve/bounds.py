@@ -110,8 +110,8 @@ def partition_bound(program: StageProgram, cutoff: float | None = None) -> float
     time_t = np.stack([table(i, 0.0) for i in range(P)])
     candidates = np.unique(time_t[np.isfinite(time_t)])
     bottleneck = _least_bottleneck(time_t, candidates)
-    if bottleneck == math.inf:
-        return math.inf
+    if bottleneck == math.inf:  # with a cutoff: or no stage contents short enough to beat it
+        return math.inf if cutoff is None else float(cutoff)
     best = -math.inf
     for omega in (np.full(P, 1.0 / P), np.eye(P)[0], np.eye(P)[P - 1]):
         cost_t = np.stack([table(i, float(omega[i])) for i in range(P)])
