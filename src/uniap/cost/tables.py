@@ -53,8 +53,7 @@ def stage_links(cluster: ClusterSpec, stages: int, strategies: list[Strategy]) -
 
 def _slowest(cluster: ClusterSpec, first: np.ndarray, last: np.ndarray) -> Link:
     """Inter-node as soon as one group's first and last rank sit on different nodes (ranks fill nodes in order)."""
-    per_node = cluster.devices_per_node
-    crosses = bool(np.any(first // per_node != last // per_node))
+    crosses = bool(np.any(cluster.node_of(first) != cluster.node_of(last)))
     return cluster.device.inter if crosses else cluster.device.intra
 
 

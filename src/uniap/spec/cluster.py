@@ -66,7 +66,8 @@ class ClusterSpec:
                              f"{', '.join(p for p, f in self.device.peak_flops.items() if f > 0)})")
         return flops
 
-    def node_of(self, rank: int) -> int:
+    def node_of(self, rank):
+        """Node of a rank (or an array of ranks): ranks fill nodes in order."""
         return rank // self.devices_per_node
 
 
