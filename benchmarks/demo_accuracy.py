@@ -1,7 +1,7 @@
 """Accuracy of the calibrated cost model on this machine: `uniap demo` end to end, several times.
 
 Each repetition profiles the demo GPT on 4 local ranks, plans it with the calibrated model, runs the chosen plan
-and 12 hand-written ones (two interleaved rounds), and compares predicted with measured. Targets (issue):
+and 12 hand-written ones (three interleaved rounds), and compares predicted with measured. Targets (issue):
 
     median |relative error| of iteration time <= 10%   Kendall τ (predicted vs measured order) >= 0.8
     regret of the chosen plan <= 10%                    memory, predicted vs measured, within 15%
