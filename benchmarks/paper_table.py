@@ -26,6 +26,7 @@ from uniap.baselines import METHODS, compare
 from uniap.spec import load_model
 from uniap.spec.cluster import load_cluster
 from uniap.spec.workload import Workload
+from uniap.views import describe
 
 ENVS = {
     "A": ("titanxp-12g:1x8", "fp32"),
@@ -45,22 +46,6 @@ def cell(row: dict) -> str:
     if not row["fits"]:
         return "OOM"
     return f"{row['throughput_samples_per_s']:.2f} ({row['search_time_s']:.1f} s)"
-
-
-def describe(plan) -> str:
-    """A plan in one line: pipeline, then the strategies of each stage run-length grouped."""
-    from itertools import groupby
-
-    parts = []
-    for stage in plan.stages:
-        layers = [layer for layer in plan.layers if layer.stage == stage.index]
-        runs = []
-        for strategy, run in groupby(layers, key=lambda layer: layer.strategy):
-            run = list(run)
-            names = run[0].name if len(run) == 1 else f"{run[0].name}–{run[-1].name}"
-            runs.append(f"{names} {strategy.label()}")
-        parts.append(f"stage {stage.index}: " + ", ".join(runs))
-    return (f"pp{plan.pipeline['degree']}, c{plan.pipeline['micro_batches']}; " + "; ".join(parts))
 
 
 def main(argv=None) -> int:

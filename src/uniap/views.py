@@ -18,15 +18,31 @@ def fmt_time(seconds: float) -> str:
     return f"{seconds * 1e3:.2f} ms"
 
 
-def strategy_runs(plan: Plan, stage: int) -> str:
-    """Run-length grouped strategies of one stage, e.g. `embed: dp8·z3 | block.0-block.9: tp2·dp4 ×10`."""
+def layer_runs(plan: Plan, stage: int) -> list[tuple[str, object, int]]:
+    """Consecutive layers of one stage that share a strategy: (names, strategy, count), e.g. ("block.0–block.9",
+    tp2·dp4, 10)."""
     layers = [layer for layer in plan.layers if layer.stage == stage]
-    parts = []
+    out = []
     for strategy, run in groupby(layers, key=lambda layer: layer.strategy):
         run = list(run)
-        names = run[0].name if len(run) == 1 else f"{run[0].name}–{run[-1].name}"
-        parts.append(f"{names}: {strategy.label()}" + (f" ×{len(run)}" if len(run) > 1 else ""))
-    return "\n".join(parts)
+        out.append((run[0].name if len(run) == 1 else f"{run[0].name}–{run[-1].name}", strategy, len(run)))
+    return out
+
+
+def strategy_runs(plan: Plan, stage: int) -> str:
+    """Run-length grouped strategies of one stage, e.g. `embed: dp8·z3 | block.0-block.9: tp2·dp4 ×10`."""
+    return "\n".join(f"{names}: {strategy.label()}" + (f" ×{count}" if count > 1 else "")
+                     for names, strategy, count in layer_runs(plan, stage))
+
+
+def describe(plan: Plan) -> str:
+    """A plan in one line: pipeline, then per stage its run-length grouped strategies (stages split by |)."""
+    stages = [", ".join(f"{names} {strategy.label()}" for names, strategy, _ in layer_runs(plan, stage.index))
+              for stage in plan.stages]
+    pipe = plan.pipeline
+    head = f"pp{pipe['degree']} c={pipe['micro_batches']} {pipe['schedule']}: " if pipe["degree"] > 1 else \
+        f"c={pipe['micro_batches']}: "
+    return head + " | ".join(stages)
 
 
 def plan_table(plan: Plan, title: str) -> Table:

@@ -198,6 +198,7 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
     from uniap.runtime.launch import run_many
     from uniap.spec.families import build_layers
     from uniap.spec.workload import Workload
+    from uniap.views import describe
 
     say = say or (lambda text: None)
     nproc = default_nproc() if nproc is None else int(nproc)
@@ -307,25 +308,6 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
 def _assignment_key(plan) -> tuple:
     return (plan.pipeline["degree"], plan.pipeline["micro_batches"], plan.pipeline["schedule"],
             tuple((l.stage, l.strategy) for l in plan.layers))
-
-
-def describe(plan) -> str:
-    """A plan in one line: per stage, run-length grouped strategies."""
-    from itertools import groupby
-
-    stages = []
-    for stage in plan.stages:
-        layers = [l for l in plan.layers if l.stage == stage.index]
-        runs = []
-        for strategy, run in groupby(layers, key=lambda l: l.strategy):
-            run = list(run)
-            names = run[0].name if len(run) == 1 else f"{run[0].name}–{run[-1].name}"
-            runs.append(f"{names} {strategy.label()}")
-        stages.append(", ".join(runs))
-    pipe = plan.pipeline
-    head = f"pp{pipe['degree']} c={pipe['micro_batches']} {pipe['schedule']}: " if pipe["degree"] > 1 else \
-        f"c={pipe['micro_batches']}: "
-    return head + " | ".join(stages)
 
 
 def draw(result: dict, path: Path) -> None:
