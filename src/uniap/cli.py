@@ -10,7 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from uniap.commands.options import BATCH, CLUSTER, FMT, MODEL, PREC, SCHED, SEQ, SOLVER, Fmt, Precision, Schedule, emit_json
+from uniap.commands.options import (ATTENTION, BATCH, CLUSTER, FMT, KERNELS, MODEL, PREC, SCHED, SEQ, SOLVER,
+                                    AttentionKernel, Fmt, Kernels, Precision, Schedule, emit_json, with_engine)
 from uniap.errors import UniapError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -27,14 +28,15 @@ class Recompute(str, Enum):
 
 
 def _workload(model_name: str, cluster_text: str, global_batch: int, seq_len: Optional[int], precision: Precision,
-              profile: Optional[str] = None):
-    """Model, cluster (calibrated by a profile when one is given) and workload of a command."""
+              profile: Optional[str] = None, kernels: Optional[Kernels] = None,
+              attention: Optional[AttentionKernel] = None):
+    """Model, cluster (under the flags' engine, calibrated by a profile when one is given) and workload."""
     from uniap.spec import load_model
     from uniap.spec.cluster import load_cluster
     from uniap.spec.workload import Workload
 
     model = load_model(model_name, seq_len)
-    cluster = load_cluster(cluster_text)
+    cluster = with_engine(load_cluster(cluster_text), kernels, attention)
     workload = Workload(global_batch, model.seq_len, precision.value)
     if profile is not None:
         from uniap.profile import calibrate
@@ -107,9 +109,13 @@ def estimate(
     sequence_parallel: bool = typer.Option(False, "--sequence-parallel", help="Megatron sequence parallelism (tp > 1)."),
     plan: Optional[str] = typer.Option(None, "--plan", help="Re-cost a plan file instead of a uniform configuration."),
     profile: Optional[str] = PROFILE,
+    kernels: Optional[Kernels] = KERNELS,
+    attention: Optional[AttentionKernel] = ATTENTION,
     fmt: Fmt = FMT,
 ) -> None:
     """Cost a hand-written uniform configuration (tp/pp/dp/ZeRO/micro-batches), or re-cost a plan file."""
+    from dataclasses import replace
+
     from uniap.estimate import cost_plan, estimate_uniform, predict, workload_of
     from uniap.plan import Plan
     from uniap.spec.cluster import load_cluster
@@ -118,7 +124,8 @@ def estimate(
     if plan is not None:
         result = Plan.load(plan)
         spec = _model_from_plan(result)
-        clus = load_cluster(cluster or result.cluster["name"])
+        clus = replace(load_cluster(cluster or result.cluster["name"]), engine=result.engine)
+        clus = with_engine(clus, kernels, attention)
         if profile is not None:
             from uniap.profile import calibrate
 
@@ -132,7 +139,8 @@ def estimate(
                    if v is None]
         if missing:
             raise UniapError(f"estimate needs {', '.join(missing)} (or --plan)")
-        spec, clus, workload = _workload(model, cluster, global_batch, seq_len, precision, profile)
+        spec, clus, workload = _workload(model, cluster, global_batch, seq_len, precision, profile, kernels,
+                                         attention)
         result = estimate_uniform(spec, clus, workload, tp=tp, pp=pp, dp=dp, zero=zero,
                                   micro_batch_size=micro_batch_size, micro_batches=micro_batches,
                                   recompute=recompute is Recompute.full, sequence_parallel=sequence_parallel,
@@ -157,6 +165,8 @@ def plan(
     workers: Optional[int] = typer.Option(None, "--workers", help="Candidates solved in parallel (default: cores, at most 2)."),
     out_path: Optional[str] = typer.Option(None, "--out", "-o", help="Write the plan JSON here."),
     profile: Optional[str] = PROFILE,
+    kernels: Optional[Kernels] = KERNELS,
+    attention: Optional[AttentionKernel] = ATTENTION,
     fmt: Fmt = FMT,
 ) -> None:
     """Find the fastest plan: one MIQP per pipeline configuration chooses stages and per-layer strategies together."""
@@ -165,7 +175,7 @@ def plan(
     from uniap.planner import plan_search
     from uniap.views import print_prediction
 
-    spec, clus, workload = _workload(model, cluster, global_batch, seq_len, precision, profile)
+    spec, clus, workload = _workload(model, cluster, global_batch, seq_len, precision, profile, kernels, attention)
     err = Console(stderr=True)
     with Progress(TextColumn("[bold]searching"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[best]}"),
                   TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal) as bar:

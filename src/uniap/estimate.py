@@ -97,7 +97,7 @@ def make_plan(model: ModelSpec, cluster: ClusterSpec, workload: Workload, schedu
         model={"name": model.name, "layers": len(model.layers), "parameters": model.parameters,
                "seq_len": model.seq_len, "config": _config_json(model)},
         cluster={"name": cluster.name, "devices": cluster.devices, "nodes": cluster.nodes,
-                 "devices_per_node": cluster.devices_per_node},
+                 "devices_per_node": cluster.devices_per_node, "engine": cluster.engine.to_json()},
         workload=workload.to_json(),
         pipeline={"degree": stages, "micro_batches": micro_batches, "schedule": schedule},
         stages=stage_plans, layers=layers, predicted=predicted, search=search)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from uniap.errors import UniapError
 from uniap.jsonfile import read_json_object
+from uniap.spec.engine import Engine
 from uniap.spec.model import ModelConfig
 from uniap.strategies import Strategy
 
@@ -38,7 +39,7 @@ class LayerPlan:
 @dataclass
 class Plan:
     model: dict  # name, layers, parameters, seq_len, config (ModelConfig as dict)
-    cluster: dict  # name, devices, nodes, devices_per_node
+    cluster: dict  # name, devices, nodes, devices_per_node, engine {kernels, attention}
     workload: dict  # global_batch, seq_len, precision
     pipeline: dict  # degree, micro_batches, schedule
     stages: list[StagePlan]
@@ -50,6 +51,12 @@ class Plan:
     @property
     def world_size(self) -> int:
         return int(self.cluster["devices"])
+
+    @property
+    def engine(self) -> Engine | None:
+        """The engine the plan was costed under (None for plans written before the setting existed)."""
+        data = self.cluster.get("engine")
+        return Engine.from_json(data, Engine()) if data is not None else None
 
     def model_config(self) -> ModelConfig:
         cfg = dict(self.model["config"])
@@ -108,6 +115,7 @@ class Plan:
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise UniapError(f"malformed plan: missing or bad field {exc}") from None
         plan.validate()
+        plan.engine  # a malformed engine is refused here, in one line
         given = data.get("fingerprint")
         if given is not None and given != plan.fingerprint:
             raise UniapError("plan fingerprint does not match its model/cluster (edited by hand?)")

@@ -71,13 +71,15 @@ def print_prediction(plan: Plan, title: str, console: Console | None = None) -> 
     pipe = plan.pipeline
     console.print(plan_table(plan, title))
     console.print(f"pipeline: {pipe['degree']} stage(s), {pipe['micro_batches']} micro-batch(es), {pipe['schedule']}")
+    if plan.engine is not None:
+        console.print(f"engine: {plan.engine.label()}")
     console.print(f"iteration time: [bold]{fmt_time(pred['iteration_time_s'])}[/bold]   "
                   f"{pred['samples_per_s']:.2f} samples/s   {pred['tokens_per_s']:.0f} tokens/s")
     console.print(f"model TFLOP/s per device: {pred['model_tflops_per_device']:.1f}   MFU: {pred['mfu'] * 100:.1f}%")
     capacity = pred["memory_capacity_bytes"]
     worst = max(pred["peak_memory_bytes"])
     if pred["fits"]:
-        console.print(f"memory: peak {worst / GB:.1f} GB of {capacity / GB:.0f} GB per device — fits")
+        console.print(f"memory: peak {worst / GB:.1f} GB of {capacity / GB:.1f} GB per device — fits")
     else:
         console.print(f"[red]memory: peak {worst / GB:.1f} GB of {capacity / GB:.0f} GB per device — does NOT fit "
                       f"(over by {(worst - capacity) / GB:.1f} GB)[/red]")

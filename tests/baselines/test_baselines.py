@@ -117,8 +117,9 @@ def test_nothing_fits_gives_no_plan():
 
 
 def test_memory_is_respected_when_it_binds():
-    # BERT-Huge in fp32 on 12 GB cards: plain DDP cannot hold it; the others must shard or split
-    spec, clus, wl = _setup("bert-huge", "titanxp-12g:1x4", 8, "fp32")
+    # GPT-3 1.3B in fp32 on 12 GB cards (16 B/parameter: 21 GB of model states): plain DDP cannot hold it;
+    # the others must shard or split
+    spec, clus, wl = _setup("gpt3-1.3b", "titanxp-12g:1x4", 8, "fp32", seq_len=512)
     assert not run_baseline("dp", spec, clus, wl).fits
     for name in ("galvatron", "alpa", "megatron-grid"):
         r = run_baseline(name, spec, clus, wl)

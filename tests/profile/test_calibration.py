@@ -107,7 +107,7 @@ def test_calibrated_layer_costs_are_the_measured_ones(path):
     block = MODEL.layers[1]
     s = Strategy(2, 2, zero=3)
     A, G, Ms, Ma = measured_layer_cost(cluster, block, s, 8, FP32)  # 8 samples over dp 2 -> 4 per device
-    doc = cluster.profile
+    doc = cluster.costs.doc
     rec = next(r for r in doc["layers"] if r["signature"] == signature_id(block.signature)
                and r["label"] == s.label())
     assert A == pytest.approx(rec["fwd_bwd_s"][-1])  # measured at 4 samples

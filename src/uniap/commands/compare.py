@@ -12,7 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from uniap.commands.options import BATCH, CLUSTER, FMT, MODEL, PREC, SCHED, SEQ, SOLVER, Fmt, Precision, Schedule, emit_json
+from uniap.commands.options import (ATTENTION, BATCH, CLUSTER, FMT, KERNELS, MODEL, PREC, SCHED, SEQ, SOLVER,
+                                    AttentionKernel, Fmt, Kernels, Precision, Schedule, emit_json, with_engine)
 from uniap.errors import UniapError
 from uniap.views import fmt_time
 
@@ -59,6 +60,8 @@ def compare_command(
         None, "--methods", help="Comma-separated (or repeated): uniap, megatron-grid, galvatron, alpa, dp, zero3 "
                                 "(default: all)."),
     schedule: Schedule = SCHED,
+    kernels: Optional[Kernels] = KERNELS,
+    attention: Optional[AttentionKernel] = ATTENTION,
     fmt: Fmt = FMT,
     solver: str = SOLVER,
     time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds for UniAP's search (default: "
@@ -74,7 +77,7 @@ def compare_command(
     if global_batch is None or global_batch < 1:
         raise UniapError(f"global batch must be >= 1, got {global_batch}")
     spec = load_model(model, seq_len)
-    clus = load_cluster(cluster)
+    clus = with_engine(load_cluster(cluster), kernels, attention)
     workload = Workload(global_batch, spec.seq_len, _value(precision))
     result = compare(spec, clus, workload, methods=names, schedule=_value(schedule), solver=solver,
                      time_limit=time_limit)

@@ -25,6 +25,35 @@ class Schedule(str, Enum):
     f1b = "1f1b"
 
 
+class Kernels(str, Enum):
+    fused = "fused"
+    eager = "eager"
+
+
+class AttentionKernel(str, Enum):
+    flash = "flash"
+    standard = "standard"
+
+
+KERNELS = typer.Option(None, "--kernels", help="fused (Megatron-style, torch.compile) or eager PyTorch "
+                       "(default: the cluster's, eager for presets: what `uniap run` executes).")
+ATTENTION = typer.Option(None, "--attention", help="flash, or standard (materialised scores; default: the "
+                         "cluster's: flash on A100/H100, standard where no flash kernel exists).")
+
+
+def with_engine(cluster, kernels: "Kernels | None", attention: "AttentionKernel | None"):
+    """`cluster` costed under the engine the flags name (each flag left out keeps the cluster's setting)."""
+    from dataclasses import replace
+
+    from uniap.spec.engine import Engine
+
+    if kernels is None and attention is None:
+        return cluster
+    engine = Engine(kernels=kernels.value if kernels is not None else cluster.engine.kernels,
+                    attention=attention.value if attention is not None else cluster.engine.attention)
+    return replace(cluster, engine=engine)
+
+
 MODEL = typer.Option(..., "--model", "-m", help="Zoo name (see `uniap models`) or a Hugging Face config.json.")
 CLUSTER = typer.Option(..., "--cluster", "-c", help="PRESET:NODESxDEVICES (see `uniap clusters`) or a YAML file.")
 BATCH = typer.Option(..., "--global-batch", "-b", help="Samples per iteration.")

@@ -1,31 +1,161 @@
-"""Compute time of one layer call: FLOPs over peak FLOP/s times an efficiency that grows with size.
+"""Compute time of one layer call, priced per operator (spec.ops) on the per-device shard.
 
-Small per-device shards run GEMMs and element-wise kernels far from peak; the saturating curve
-eff(F) = e_max · F / (F + F½) captures it with two figures per device type (see spec.cluster),
-both calibrated against published end-to-end runs (benchmarks/published_runs.py).
+- GEMMs by their shape: 2·m·n·k FLOPs at the device's sustained GEMM efficiency, reduced by tile and wave
+  quantisation (output tiles of 256×128 spread over the SMs in whole waves; NVIDIA's "Matrix
+  Multiplication Background" guide) and by a short inner dimension (operand loads dominate: k/(k + k½)).
+  Backward runs two GEMMs per forward GEMM, each with its own shape: dX = dY·Wᵀ (m, k, n) and
+  dW = Xᵀ·dY (k, n, m).
+- Attention as its own kernel. Flash attention skips the masked half of a causal score matrix and runs at
+  the device's attention efficiency (its backward does 2.5× the forward's matmul work: FlashAttention-2
+  recomputes the scores, Dao 2023 §3.1). Standard attention is two batched GEMMs over the whole score
+  matrix plus a softmax that streams it through memory.
+- Memory-bound operators by the bytes they move over HBM, which depend on the engine: fused kernels
+  read and write each tensor once, eager PyTorch makes a round trip per operator (ELEMENTWISE below).
+- Every kernel pays a fixed gap on the device timeline; a layer call pays the device's dispatch overhead.
 """
 
 from __future__ import annotations
 
+import math
+
 from uniap.spec.cluster import DeviceType
+from uniap.spec.engine import Engine
+from uniap.spec.model import LayerSpec
+from uniap.spec.ops import Attention, Elementwise, Gemm
+
+TILE_M, TILE_N = 256, 128  # cuBLAS/CUTLASS's large bf16 tile (NVIDIA, Matrix Multiplication Background guide)
+FLASH_BACKWARD_WORK = 2.5  # FlashAttention-2 backward: 5 matmuls of the forward's 2 (Dao 2023, §3.1)
+
+# Forward bytes moved per element with 16-bit activations and kernels launched, (fused, eager), for each
+# element-wise kind. Backward moves about twice the forward's bytes (reads the output gradient and the
+# saved input, writes the input gradient) in as many kernels. Counted from the operators each engine runs
+# (Megatron-LM's fused kernels; PyTorch eager's composition) — estimates, not measurements:
+ELEMENTWISE: dict[str, tuple[tuple[float, int], tuple[float, int]]] = {
+    # LayerNorm: one native kernel either way (read x, write y).
+    "norm": ((4.0, 1), (4.0, 1)),
+    # RMSNorm in eager PyTorch (Llama, torchtitan): x.float(), pow/mean, x·rsqrt, cast, ·weight — five
+    # kernels, fp32 intermediates: ~28 B/element. Fused (Apex/TE): read x, write y.
+    "rmsnorm": ((4.0, 1), (28.0, 5)),
+    # GeLU after a linear whose bias is added by the GEMM: read, write.
+    "bias_gelu": ((4.0, 1), (4.0, 1)),
+    # SwiGLU over the f outputs: fused reads gate and up, writes out (6 B); eager silu(gate) then · up (10 B).
+    "swiglu": ((6.0, 1), (10.0, 2)),
+    # residual add: read two, write one.
+    "residual": ((6.0, 1), (6.0, 1)),
+    # dropout: fused into the residual add (only its 1-byte mask is written); eager: read, write, mask.
+    "dropout": ((1.0, 0), (5.0, 1)),
+    # rotary embedding of q and k: fused read/write; eager (complex multiply in fp32 and back) ~24 B, 4 kernels.
+    "rotary": ((4.0, 1), (24.0, 4)),
+    # softmax over materialised scores (standard attention): fused scale-mask-softmax read/write; eager
+    # scale, masked_fill and softmax, each a round trip.
+    "softmax": ((4.0, 1), (12.0, 3)),
+    # embedding gather: read the rows, write the output.
+    "embedding": ((4.0, 1), (4.0, 1)),
+    # cross-entropy over the logits, softmax in fp32: fused read logits, write fp32 probabilities, read them
+    # (10 B); eager logits.float(), log_softmax, nll (14 B).
+    "cross_entropy": ((10.0, 3), (14.0, 3)),
+}
 
 
-def efficiency(device: DeviceType, flops_per_call: float) -> float:
-    if flops_per_call <= 0:
-        return device.gemm_efficiency
-    return device.gemm_efficiency * flops_per_call / (flops_per_call + device.half_efficiency_flops)
+def gemm_efficiency(device: DeviceType, m: float, n: float, k: float) -> float:
+    """Fraction of dense peak one (m × k)·(k × n) GEMM reaches on `device`."""
+    eff = device.gemm_efficiency
+    if device.sm_count:
+        tiles_m, tiles_n = math.ceil(m / TILE_M), math.ceil(n / TILE_N)
+        tiles = tiles_m * tiles_n
+        waves = math.ceil(tiles / device.sm_count)
+        eff *= (m * n) / (tiles_m * TILE_M * tiles_n * TILE_N)  # padding of the edge tiles
+        eff *= tiles / (waves * device.sm_count)  # the last wave leaves SMs idle
+    if device.gemm_half_k:
+        eff *= k / (k + device.gemm_half_k)
+    return eff
 
 
-def fwd_bwd_time(device: DeviceType, peak: float, fwd_flops: float, recompute: bool) -> float:
-    """Forward + backward (2× forward) of one layer call, plus one more forward when recomputed."""
-    passes = 4.0 if recompute else 3.0
-    overhead = device.layer_overhead_s * (passes / 3.0)
-    if fwd_flops <= 0:
-        return overhead
-    return passes * fwd_flops / (peak * efficiency(device, fwd_flops)) + overhead
+def gemm_time(device: DeviceType, peak: float, m: float, n: float, k: float) -> float:
+    if m <= 0 or n <= 0 or k <= 0:
+        return 0.0
+    return 2.0 * m * n * k / (peak * gemm_efficiency(device, m, n, k)) + device.kernel_gap_s
+
+
+def elementwise_time(device: DeviceType, engine: Engine, kind: str, elems: float) -> float:
+    """Forward time of one element-wise operator over `elems` elements (16-bit activations)."""
+    if not device.elementwise or elems <= 0:
+        return 0.0
+    per_elem, kernels = ELEMENTWISE[kind][0 if engine.kernels == "fused" else 1]
+    return per_elem * elems / (device.memory_bandwidth * device.memory_efficiency) + kernels * device.kernel_gap_s
+
+
+def _split(op: Gemm, tp: int) -> tuple[float, float]:
+    """(k, n) of one tensor-parallel shard of `op`."""
+    if op.split == "n":
+        return op.k, op.n / tp
+    if op.split == "k":
+        return op.k / tp, op.n
+    return op.k, op.n
+
+
+def op_times(device: DeviceType, engine: Engine, peak: float, op, samples: float, tp: int, sp: bool,
+             act_scale: float) -> tuple[float, float]:
+    """(forward, backward) seconds of one operator for `samples` samples on one device of a tp group."""
+    if isinstance(op, Gemm):
+        k, n = _split(op, tp)
+        m = op.rows * samples
+        fwd = gemm_time(device, peak, m, n, k)
+        bwd = gemm_time(device, peak, m, k, n) + gemm_time(device, peak, k, n, m)
+        return op.count * fwd, op.count * bwd
+    if isinstance(op, Attention):
+        return attention_times(device, engine, peak, op, samples, tp, act_scale)
+    if isinstance(op, Elementwise):
+        elems = op.elems * samples * act_scale / (tp if (op.tp_sharded or sp) else 1)
+        fwd = elementwise_time(device, engine, op.kind, elems)
+        return fwd, 2.0 * fwd
+    raise TypeError(f"unknown operator {op!r}")
+
+
+def attention_times(device: DeviceType, engine: Engine, peak: float, op: Attention, samples: float, tp: int,
+                    act_scale: float) -> tuple[float, float]:
+    batch = samples * op.heads / tp  # independent (sample, head) problems on this device
+    if engine.flash:
+        work = 4.0 * op.queries * op.keys * op.head_dim * batch * (0.5 if op.causal else 1.0)
+        fwd_eff, bwd_eff = device.fused_attention_efficiency if engine.kernels == "fused" else \
+            device.attention_efficiency
+        return (work / (peak * fwd_eff) + device.kernel_gap_s,
+                FLASH_BACKWARD_WORK * work / (peak * bwd_eff) + device.kernel_gap_s)
+    rows = op.queries * batch
+    scores = gemm_time(device, peak, rows, op.keys, op.head_dim)  # Q·Kᵀ over every (sample, head)
+    values = gemm_time(device, peak, rows, op.head_dim, op.keys)  # softmax(·)·V
+    softmax = elementwise_time(device, engine, "softmax", rows * op.keys * act_scale)
+    return scores + values + softmax, 2.0 * (scores + values + softmax)
+
+
+def layer_time(device: DeviceType, engine: Engine, peak: float, layer: LayerSpec, samples: float, tp: int,
+               sp: bool, recompute: bool, act_scale: float = 1.0) -> float:
+    """Forward + backward of one layer call for `samples` samples per device, plus one more forward when
+    recomputed. `act_scale` 2 for fp32 activations (element-wise bytes double)."""
+    fwd = bwd = 0.0
+    for op in layer.ops:
+        f, b = op_times(device, engine, peak, op, samples, tp, sp, act_scale)
+        fwd += f
+        bwd += b
+    if not layer.ops and layer.flops > 0:  # a layer described by its FLOPs alone: one large GEMM's rate
+        fwd = layer.flops * samples / tp / (peak * device.gemm_efficiency)
+        bwd = 2.0 * fwd
+    passes = fwd + bwd + (fwd if recompute else 0.0)
+    return passes + device.layer_overhead_s * (4.0 / 3.0 if recompute else 1.0)
+
+
+def backward_share(recompute: bool) -> float:
+    """Fraction of a layer call's compute that is its backward (what data-parallel reduction overlaps)."""
+    return 2.0 / 4.0 if recompute else 2.0 / 3.0
+
+
+def overlapped(compute: float, comm: float, slowdown: float) -> float:
+    """Time of `compute` and `comm` run side by side: the longer one, plus the slowdown the overlapping
+    traffic inflicts on compute for as long as both run."""
+    return max(compute, comm) + slowdown * min(compute, comm)
 
 
 def optimizer_time(device: DeviceType, params: float) -> float:
     """Adam step is memory-bound: ~32 B moved per parameter (read 16-bit weight/grad and fp32 master,
-    m, v; write them back), at the device's memory bandwidth."""
-    return 32.0 * params / device.memory_bandwidth
+    m, v; write them back), at the device's streaming bandwidth."""
+    return 32.0 * params / (device.memory_bandwidth * device.memory_efficiency)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from uniap.cost import comm
-from uniap.cost.compute import fwd_bwd_time, optimizer_time
+from uniap.cost.compute import backward_share, layer_time, optimizer_time, overlapped
 from uniap.cost.memory import activation_bytes_per_sample, params_per_device, static_bytes
 from uniap.errors import UniapError
 from uniap.solve.program import StageProgram
@@ -42,19 +42,30 @@ def stage_links(cluster: ClusterSpec, stages: int, strategies: list[Strategy]) -
     tp_links, dp_links = {}, {}
     for tp in sorted({s.tp for s in strategies}):
         tp_first = starts + np.arange(0, d, tp)  # tp groups: tp contiguous ranks
-        tp_links[tp] = _slowest(cluster, tp_first, tp_first + tp - 1)
+        tp_links[tp] = _slowest(cluster, tp_first, tp_first + tp - 1, tp)
         dp_first = starts + np.arange(tp)  # dp groups: stride tp across the stage
-        dp_links[tp] = _slowest(cluster, dp_first, dp_first + d - tp)
-    stage = _slowest(cluster, starts, starts + d - 1)
+        dp_links[tp] = _slowest(cluster, dp_first, dp_first + d - tp, d // tp)
+    stage = _slowest(cluster, starts, starts + d - 1, d)
     senders = np.arange(0, cluster.devices - d)
-    boundary = _slowest(cluster, senders, senders + d) if stages > 1 else cluster.device.intra
+    boundary = _slowest(cluster, senders, senders + d, 2) if stages > 1 else cluster.device.intra
     return StageLinks(tp_links, dp_links, stage, boundary)
 
 
-def _slowest(cluster: ClusterSpec, first: np.ndarray, last: np.ndarray) -> Link:
-    """Inter-node as soon as one group's first and last rank sit on different nodes (ranks fill nodes in order)."""
-    crosses = bool(np.any(cluster.node_of(first) != cluster.node_of(last)))
-    return cluster.device.inter if crosses else cluster.device.intra
+def _slowest(cluster: ClusterSpec, first: np.ndarray, last: np.ndarray, size: int) -> Link:
+    """The ring link of groups of `size` ranks from `first` to `last` (ranks fill nodes in order).
+
+    Within a node: the intra-node link. Across nodes: the inter-node bandwidth, and a per-step latency that
+    averages the ring's hops — a ring over n ranks on N nodes makes n − 1 steps, of which N − 1 cross the
+    network and the rest stay on NVLink (NCCL's own ring latency model, src/graph/tuning.cc).
+    """
+    nodes = int(np.max(cluster.node_of(last) - cluster.node_of(first))) + 1 if len(first) else 1
+    if nodes <= 1:
+        return cluster.device.intra
+    intra, inter = cluster.device.intra, cluster.device.inter
+    steps = max(size - 1, 1)
+    net_steps = min(nodes - 1, steps)
+    latency = (net_steps * inter.latency_s + (steps - net_steps) * intra.latency_s) / steps
+    return Link(latency_s=latency, bandwidth=inter.bandwidth)
 
 
 def disallowed(layer: LayerSpec, s: Strategy, micro_batch: int) -> str | None:
@@ -76,29 +87,30 @@ def layer_cost(layer: LayerSpec, s: Strategy, micro_batch: int, cluster: Cluster
                links: StageLinks) -> tuple[float, float, float, float]:
     """(A, G, Ms, Ma) of one layer under one strategy; see the module docstring.
 
-    A cluster calibrated by `uniap profile` (cluster.profile) answers from its measurements first; layers
-    and strategies it did not measure fall through to the analytic model (with its fitted device figures).
+    A cluster with a measured cost source (cluster.costs, see cost.source) answers from its measurements
+    first; layers and strategies it did not measure fall through to the analytic model.
     """
-    if cluster.profile:
-        from uniap.profile.calibration import measured_layer_cost
-
-        measured = measured_layer_cost(cluster, layer, s, micro_batch, workload)
+    if cluster.costs is not None:
+        measured = cluster.costs.layer_cost(cluster, layer, s, micro_batch, workload)
         if measured is not None:
             return measured
     device = cluster.device
     samples = micro_batch / s.dp  # per device
     act_bytes = workload.act_bytes
-    compute = fwd_bwd_time(device, cluster.peak(workload.precision), layer.flops * samples / s.tp, s.recompute)
+    compute = layer_time(device, cluster.engine, cluster.peak(workload.precision), layer, samples, s.tp, s.sp,
+                         s.recompute, act_scale=act_bytes / 2)
 
     # Tensor parallelism: the forward's all-reduces (reduce-scatter + all-gather with sp: same volume),
     # the same again in backward, and once more when the forward is recomputed. Not overlapped.
     tp_bytes = layer.tp_comm_elems * samples * act_bytes
     tp_time = (3.0 if s.recompute else 2.0) * comm.all_reduce(tp_bytes, s.tp, links.tp[s.tp])
 
-    # Data parallelism over the dp group (ZeRO stages as in Rajbhandari et al. 2020).
+    # Data parallelism over the dp group (ZeRO stages as in Rajbhandari et al. 2020). It overlaps with
+    # compute, as FSDP2's prefetching and Megatron's --overlap-grad-reduce/--overlap-param-gather do: only the
+    # part longer than the compute it hides behind counts, and compute runs slower while it overlaps.
     grad_bytes = params_per_device(layer, s) * (4.0 if workload.precision == "fp32" else 2.0)
     dp_link = links.dp[s.tp]
-    per_micro = 0.0  # overlapped with this layer's compute (FSDP prefetch / async reduce-scatter)
+    per_micro = 0.0  # every micro-batch: ZeRO-2/3 gradient reduce-scatter, ZeRO-3 parameter all-gathers
     if s.zero >= 2:
         per_micro += comm.reduce_scatter(grad_bytes, s.dp, dp_link)
     if s.zero >= 3:
@@ -110,11 +122,15 @@ def layer_cost(layer: LayerSpec, s: Strategy, micro_batch: int, cluster: Cluster
     else:
         sync = 0.0
     shard = params_per_device(layer, s) / (s.dp if s.zero >= 1 else 1)
-    once = sync + optimizer_time(device, shard)
+    # Once per iteration: DDP's all-reduce hides behind the last micro-batch's backward; ZeRO-1/2's
+    # reduce-scatter behind the backward and their parameter all-gather behind the next forward.
+    window = compute * (backward_share(s.recompute) if s.zero == 0 else 1.0)
+    exposed_sync = overlapped(window, sync, device.overlap_slowdown) - window if sync else 0.0
+    once = exposed_sync + optimizer_time(device, shard)
 
-    A = max(compute, per_micro) + tp_time
+    A = (overlapped(compute, per_micro, device.overlap_slowdown) if per_micro else compute) + tp_time
     Ms = static_bytes(layer, s, workload.precision)
-    Ma = samples * activation_bytes_per_sample(layer, s, workload.precision, flash_attention=device.kind == "cuda")
+    Ma = samples * activation_bytes_per_sample(layer, s, workload.precision, flash_attention=cluster.engine.flash)
     return A, once, Ms, Ma
 
 
@@ -189,18 +205,15 @@ def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, st
     pair_cache: dict[float, tuple[np.ndarray, np.ndarray]] = {}
     for u in range(L - 1):
         nbytes = model.layers[u].out_elems * micro * workload.act_bytes
-        if nbytes not in pair_cache and cluster.profile:  # measured collectives, the runtime's re-layouts
-            from uniap.profile.calibration import pair_tables
-
-            pair_cache[nbytes] = pair_tables(cluster, nbytes, strategies, stages, links.stage, links.boundary)
+        if nbytes not in pair_cache and cluster.costs is not None:  # measured collectives, the runtime's re-layouts
+            pair_cache[nbytes] = cluster.costs.pair_tables(cluster, nbytes, strategies, stages, links.stage,
+                                                           links.boundary)
         if nbytes not in pair_cache:
             pair_cache[nbytes] = _pair_tables(nbytes, strategies, links)
         R[u], Rp[u] = pair_cache[nbytes]
-    if cluster.profile:  # what the measured runtime does beyond the per-layer figures (see profile.calibration)
-        from uniap.profile.calibration import adjust_tables
-
-        A, R, schedule = adjust_tables(cluster, model, workload, strategies, stages, micro_batches, schedule, A, R,
-                                       ok)
+    if cluster.costs is not None:  # what the measured runtime does beyond the per-layer figures
+        A, R, schedule = cluster.costs.adjust_tables(cluster, model, workload, strategies, stages, micro_batches,
+                                                     schedule, A, R, ok)
     groups = _group_ids(model.layers)
     return StageProgram(A=A, G=G, Ms=Ms, Ma=Ma, R=R, Rp=Rp, allowed=ok, stages=stages, micro_batches=micro_batches,
                         inflight=np.array(inflight(schedule, stages, micro_batches), dtype=float),

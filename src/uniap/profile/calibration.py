@@ -3,8 +3,8 @@
     cluster = calibrate(load_cluster("cpu:1x4"), "profile.json", model=model, workload=workload)
     plan_search(model, cluster, workload)      # every cost table now uses the measured figures
 
-`calibrate` returns a ClusterSpec whose `profile` holds the measured document and whose DeviceType carries
-figures fitted to it (FLOP rate, per-layer overhead, one α–β link). `cost.tables` asks this module first:
+`calibrate` returns a ClusterSpec whose `costs` is a MeasuredCosts over the measured document and whose DeviceType carries
+figures fitted to it (FLOP rate, per-layer overhead, one α–β link). `cost.tables` asks that source (a cost.source.CostSource) first:
 
   layer (A, G, Ms, Ma)  measured record of (layer signature, strategy) → A = a + b·samples (forward +
                         backward with the layer's tp collectives and its per-micro-batch dp gradient
@@ -73,7 +73,7 @@ def calibrate(cluster: ClusterSpec, profile, model=None, workload=None) -> Clust
         peak = peaks.get(precision, 0.0)
         if rate > peak:
             peaks[precision] = peak = float(rate)
-        device = replace(device, peak_flops=peaks, gemm_efficiency=float(rate) / peak, half_efficiency_flops=0.0,
+        device = replace(device, peak_flops=peaks, gemm_efficiency=float(rate) / peak,
                          layer_overhead_s=float(fitted["device"].get("layer_overhead_s") or device.layer_overhead_s))
     link = fitted["link"]
     if link.get("latency_s") is not None:
@@ -82,7 +82,30 @@ def calibrate(cluster: ClusterSpec, profile, model=None, workload=None) -> Clust
         # Measured on one host: the intra-node link. Across nodes the profile knows nothing; keep the preset
         # unless the whole world sat on one node (then inter is never used).
         device = replace(device, intra=measured, inter=measured if cluster.nodes == 1 else device.inter)
-    return replace(cluster, device=device, profile=doc)
+    # The fitted FLOP rate was measured on whole layers: it already includes their element-wise work.
+    device = replace(device, elementwise=False, sm_count=0, gemm_half_k=0.0, kernel_gap_s=0.0)
+    return replace(cluster, device=device, costs=MeasuredCosts(doc))
+
+
+class MeasuredCosts:
+    """The cost source of a calibrated cluster (cost.source.CostSource): the figures of one profile document."""
+
+    def __init__(self, doc: dict):
+        self.doc = doc
+
+    def layer_cost(self, cluster, layer, s, micro_batch, workload):
+        return measured_layer_cost(cluster, layer, s, micro_batch, workload)
+
+    def pair_tables(self, cluster, nbytes, strategies, stages, stage_link, boundary_link):
+        return pair_tables(cluster, nbytes, strategies, stages, stage_link, boundary_link)
+
+    def adjust_tables(self, cluster, model, workload, strategies, stages, micro_batches, schedule, A, R, allowed):
+        return adjust_tables(cluster, model, workload, strategies, stages, micro_batches, schedule, A, R, allowed)
+
+
+def profile_of(cluster: ClusterSpec) -> dict:
+    """The measured document a cluster is calibrated with ({} for an analytic cluster)."""
+    return cluster.costs.doc if isinstance(cluster.costs, MeasuredCosts) else {}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -121,7 +144,7 @@ _CACHE: dict[int, tuple[dict, _Index]] = {}
 
 
 def _index(cluster: ClusterSpec) -> _Index:
-    doc = cluster.profile
+    doc = profile_of(cluster)
     hit = _CACHE.get(id(doc))
     if hit is None or hit[0] is not doc:
         hit = _CACHE[id(doc)] = (doc, _Index(doc))
@@ -235,7 +258,7 @@ def busy_ranks(world: int, stages: int, micro_batches: int) -> float:
 def sharing(cluster: ClusterSpec, busy: float) -> float:
     """How much slower a rank computes with `busy` ranks computing at once than alone: ranks share the host's
     cores (max(1, busy / cores)) on CPU; each has its own device on GPU (1)."""
-    doc = cluster.profile or {}
+    doc = profile_of(cluster)
     device = doc.get("device", {})
     cores = device.get("cores")
     if device.get("kind") != "cpu" or not cores:
@@ -252,9 +275,9 @@ def concurrency_scale(cluster: ClusterSpec, stages: int, micro_batches: int) -> 
     less: factor sharing(b) / sharing(N). 1 for a single stage and where ranks do not share (GPUs). A
     balanced pipeline is assumed: a plan with a much lighter stage keeps even fewer ranks busy than this says.
     """
-    if stages <= 1 or not cluster.profile:
+    if stages <= 1 or not profile_of(cluster):
         return 1.0
-    n = int(cluster.profile["world_size"])
+    n = int(profile_of(cluster)["world_size"])
     return min(1.0, sharing(cluster, busy_ranks(n, stages, micro_batches)) / sharing(cluster, n))
 
 
@@ -288,13 +311,13 @@ def pipeline_scale(cluster: ClusterSpec, stages: int, micro_batches: int, fastes
        (`fastest`: each layer's least time per micro-batch, see `fastest_layer_times`).
     Together: φ + ε·sharing(b)/p̄. 1 for a single stage.
     """
-    if stages <= 1 or not cluster.profile:
+    if stages <= 1 or not profile_of(cluster):
         return 1.0
     phi = concurrency_scale(cluster, stages, micro_batches)
     eps = pipeline_slot_cost(cluster, stages)
     if eps <= 0:
         return phi
-    eps *= sharing(cluster, busy_ranks(int(cluster.profile["world_size"]), stages, micro_batches))
+    eps *= sharing(cluster, busy_ranks(int(profile_of(cluster)["world_size"]), stages, micro_batches))
     fastest = np.asarray(fastest, dtype=float)
     p_bar = float(fastest.sum()) / stages if fastest.size else 0.0
     return phi + (eps / p_bar if p_bar > 0 else 0.0)
@@ -302,7 +325,7 @@ def pipeline_scale(cluster: ClusterSpec, stages: int, micro_batches: int, fastes
 
 def pipeline_slot_cost(cluster: ClusterSpec, stages: int) -> float:
     """Measured per-slot cost of the pipeline machinery for `stages` stages (nearest measured degree; 0 if none)."""
-    entries = (cluster.profile or {}).get("pipeline") or []
+    entries = profile_of(cluster).get("pipeline") or []
     if not entries:
         return 0.0
     best = min(entries, key=lambda e: (abs(int(e["stages"]) - stages), -int(e["stages"])))
@@ -311,7 +334,7 @@ def pipeline_slot_cost(cluster: ClusterSpec, stages: int) -> float:
 
 def describe(cluster: ClusterSpec) -> str | None:
     """One line naming the profile a cluster is calibrated with (None if analytic)."""
-    doc = cluster.profile
+    doc = profile_of(cluster)
     if not doc:
         return None
     return (f"calibrated with a {doc['device']['kind']} profile of {doc['model']['name']} "

@@ -15,8 +15,10 @@ from pathlib import Path
 import yaml
 
 from uniap.errors import UniapError
+from uniap.spec.engine import Engine
 
 GiB = 1024**3
+MiB = 1024**2
 
 
 @dataclass(frozen=True)
@@ -27,19 +29,30 @@ class Link:
 
 @dataclass(frozen=True)
 class DeviceType:
-    """One accelerator kind. Efficiency figures turn peak FLOP/s into what a layer really gets."""
+    """One accelerator kind: what `cost.compute` needs to price GEMMs, attention and memory-bound operators.
+
+    Each preset below states the source of every figure (docs/cost-model.md explains the terms).
+    """
 
     name: str
-    memory_bytes: float
+    memory_bytes: float  # capacity as the driver reports it (nvidia-smi's MiB)
     peak_flops: dict[str, float]  # dense, per precision: fp32 | fp16 | bf16
-    memory_bandwidth: float  # bytes/s (optimizer step and other memory-bound work)
+    memory_bandwidth: float  # bytes/s, datasheet HBM bandwidth
     intra: Link  # inside a node
     inter: Link  # across nodes, per device
-    gemm_efficiency: float = 0.75  # fraction of peak a large layer reaches (fwd+bwd, all kernels of a block)
-    half_efficiency_flops: float = 2e9  # per-device FLOPs of one layer call at which it gets half of gemm_efficiency
-    layer_overhead_s: float = 1e-4  # fixed cost per layer per micro-batch (kernel launches, dispatch), fwd+bwd
+    gemm_efficiency: float = 0.80  # fraction of dense peak a large, well-shaped GEMM sustains
+    sm_count: int = 0  # streaming multiprocessors that GEMM tiles are spread over in waves (0: no wave model)
+    gemm_half_k: float = 0.0  # inner dimension k at which operand loads halve a GEMM's efficiency
+    attention_efficiency: tuple[float, float] = (0.5, 0.4)  # flash attention fwd, bwd (eager SDPA): fraction of peak
+    fused_attention_efficiency: tuple[float, float] = (0.5, 0.4)  # the same, with a fused engine's attention kernel
+    memory_efficiency: float = 0.85  # fraction of memory_bandwidth a streaming (element-wise) kernel reaches
+    kernel_gap_s: float = 0.0  # fixed time per kernel on the device timeline (launch, tail, dependency)
+    layer_overhead_s: float = 0.0  # fixed cost per layer call, fwd+bwd (host dispatch, hooks; CPU)
+    overlap_slowdown: float = 0.0  # compute runs this fraction slower while data-parallel traffic overlaps it
+    elementwise: bool = True  # price memory-bound operators (False: a measured FLOP rate already includes them)
     reserve_bytes: float = 2 * GiB  # framework buffers, allocator fragmentation, communication buffers
     kind: str = "cuda"  # cuda | cpu
+    engine: Engine = Engine()  # the engine a cluster of these devices is costed with unless told otherwise
 
 
 @dataclass(frozen=True)
@@ -48,7 +61,14 @@ class ClusterSpec:
     nodes: int
     devices_per_node: int
     device: DeviceType
-    profile: dict = field(default_factory=dict, compare=False)  # measured figures, when calibrated
+    engine: Engine | None = None  # the engine plans are costed under; None: the device's default
+    # Where layer and collective costs come from: None for the analytic model (cost.compute, cost.comm), or a
+    # measured source (cost.source.CostSource; `uniap profile` + `profile.calibrate` make one).
+    costs: object = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.engine is None:
+            object.__setattr__(self, "engine", self.device.engine)
 
     @property
     def devices(self) -> int:
@@ -73,41 +93,67 @@ class ClusterSpec:
 
 
 # ---------------------------------------------------------------------------------------------
-# Presets. Sources:
-# A100: NVIDIA A100 datasheet (2021): 312 TFLOP/s dense bf16/fp16 tensor core, 19.5 TFLOP/s fp32
-#   (non-tensor; 156 with TF32), HBM2e 2,039 GB/s (80 GB) / 1,555 GB/s (40 GB). NVLink3 600 GB/s
-#   bidirectional per GPU; nccl-tests all_reduce busbw on DGX A100 ≈ 230 GB/s. Inter-node: DGX A100
-#   has 8× 200 Gb/s HDR InfiniBand, one per GPU = 25 GB/s, busbw ≈ 20–23 GB/s measured (NVIDIA
-#   Selene, Megatron-LM paper, Narayanan et al. 2021 §5).
-# H100 SXM: datasheet 989 TFLOP/s dense bf16/fp16, 67 TFLOP/s fp32, HBM3 3.35 TB/s; NVLink4
-#   900 GB/s bidirectional, all_reduce busbw ≈ 360–480 GB/s; 8× 400 Gb/s NDR = 50 GB/s per GPU.
-# V100 SXM2 32 GB: datasheet 125 TFLOP/s fp16 tensor, 15.7 fp32, no bf16, HBM2 900 GB/s; DGX-1
-#   NVLink2 hybrid cube mesh (≈ 130 GB/s busbw); 4× 100 Gb/s EDR per 8 GPUs ≈ 6 GB/s per GPU.
-# TITAN Xp: 12 GB GDDR5X 547.6 GB/s, 12.1 TFLOP/s fp32, fp16 at 1/64 rate (GP102), no bf16; PCIe
-#   3.0 x16 ≈ 10 GB/s measured busbw without NVLink; 10 GbE-class inter-node ≈ 1 GB/s (the UniAP
-#   paper's EnvB: TITAN Xp nodes on a slow network).
-# cpu: this development machine class (x86 core, AVX2 FMA: ~50 GFLOP/s fp32 peak per core, gloo
-#   over loopback ~ 50 µs, ~1 GB/s); small layers are overhead-bound (DESIGN.md), hence the large
-#   per-layer overhead. `uniap profile` replaces all of these with measured figures.
+# Presets. Sources, per figure (docs/cost-model.md has the terms; "fitted" = benchmarks/published_runs.py
+# --fit on the calibration half of benchmarks/data/published_runs.yaml; "estimate" = our reasoning, no source):
+# memory   nvidia-smi's reported total: A100-SXM4-80GB 81,920 MiB, A100-SXM4-40GB 40,960 MiB, H100-SXM5-80GB
+#          81,559 MiB, V100-SXM2-32GB 32,768 MiB (32 GiB HBM2), TITAN Xp 12,196 MiB.
+# peak     datasheets, dense: A100 312 TFLOP/s bf16/fp16 tensor core, 19.5 fp32; H100 SXM 989 bf16/fp16, 67 fp32;
+#          V100 125 fp16 tensor, 15.7 fp32, no bf16; TITAN Xp 12.1 fp32, fp16 at 1/64 rate (GP102), no bf16.
+# HBM      datasheets: A100 80 GB 2,039 GB/s, 40 GB 1,555 GB/s; H100 SXM 3.35 TB/s; V100 900 GB/s; TITAN Xp 547.6 GB/s.
+# SMs      whitepapers: A100 108, H100 SXM5 132, V100 80, TITAN Xp 30.
+# links    A100: NVLink3 600 GB/s bidirectional per GPU, nccl-tests all_reduce busbw on DGX A100 ~230 GB/s; 8x HDR
+#          200 Gb/s InfiniBand per node = 25 GB/s per GPU, busbw ~20-23 GB/s (Narayanan et al. 2021 §5).
+#          H100: NVLink4 900 GB/s bidirectional, all_reduce busbw ~360-480 GB/s (nccl-tests on DGX H100);
+#          8x NDR 400 Gb/s = 50 GB/s per GPU. V100: DGX-1 hybrid cube mesh ~130 GB/s busbw; 4x EDR 100 Gb/s per
+#          8 GPUs ~6 GB/s per GPU. TITAN Xp: PCIe 3.0 x16 ~10 GB/s busbw; 10 GbE-class network ~1 GB/s (UniAP EnvB).
+#          Latency α per ring step (A100, H100): 3.4 µs over NVLink, 9.6 µs over the network — NCCL's own tuning
+#          model (src/graph/tuning.cc, hwLat, Ring/Simple); other presets: estimates.
+# GEMM     gemm_efficiency: sustained fraction of dense peak of large bf16 GEMMs in training — fitted. Wave and tile
+#          quantisation (cost.compute) use the SM count and 256×128 tiles (NVIDIA, "Matrix Multiplication
+#          Background User's Guide", tile and wave quantization). gemm_half_k = 64: estimate.
+# attention FlashAttention-2 (Dao 2023, Figs. 4-6): A100, head dim 128, fwd 50-73 % of peak, bwd lower → 0.65 / 0.5.
+#          On H100, FlashAttention-2 (what eager PyTorch SDPA runs) reaches ~35 % of peak and FlashAttention-3 /
+#          cuDNN (Transformer Engine, fused engines) 60-75 % fwd (Shah et al. 2024, FlashAttention-3, Figs. 5-7).
+#          V100 and TITAN Xp have no flash kernel (needs sm80): their engine defaults to standard attention.
+# memory-bound  memory_efficiency 0.85 of datasheet bandwidth for streaming kernels: estimate (STREAM-like copy
+#          kernels reach 80-90 % of HBM peak). kernel_gap_s 3 µs per kernel: estimate (launch latency).
+# overlap  overlap_slowdown: compute slowdown while NCCL kernels run beside it (they hold 8-32 SMs and HBM
+#          bandwidth) — fitted.
+# cpu      this development machine class (x86 core, AVX2 FMA: ~50 GFLOP/s fp32 peak per core, gloo over loopback
+#          ~50 µs, ~1 GB/s); small layers are overhead-bound, hence the per-layer overhead (estimate). `uniap
+#          profile` replaces all of these with measured figures.
 # ---------------------------------------------------------------------------------------------
-_A100_INTRA = Link(latency_s=8e-6, bandwidth=230e9)
-_A100_INTER = Link(latency_s=15e-6, bandwidth=22e9)
+_A100_INTRA = Link(latency_s=3.4e-6, bandwidth=230e9)
+_A100_INTER = Link(latency_s=9.6e-6, bandwidth=22e9)
+_A100_PEAK = {"fp32": 19.5e12, "fp16": 312e12, "bf16": 312e12}
+_STANDARD = Engine(kernels="eager", attention="standard")
+
+# Fitted constants (benchmarks/published_runs.py --fit, calibration half only); see the table above.
+A100_GEMM_EFFICIENCY = 0.70  # also used for V100 and TITAN Xp: no training data of theirs to fit on (a guess)
+H100_GEMM_EFFICIENCY = 0.55
+OVERLAP_SLOWDOWN = 0.0
+
+_GPU = dict(gemm_half_k=64.0, memory_efficiency=0.85, kernel_gap_s=3e-6, overlap_slowdown=OVERLAP_SLOWDOWN)
 
 DEVICE_TYPES: dict[str, DeviceType] = {
-    "a100-40g": DeviceType("A100-SXM4-40GB", 40e9, {"fp32": 19.5e12, "fp16": 312e12, "bf16": 312e12}, 1.555e12,
-                           _A100_INTRA, _A100_INTER),
-    "a100-80g": DeviceType("A100-SXM4-80GB", 80e9, {"fp32": 19.5e12, "fp16": 312e12, "bf16": 312e12}, 2.039e12,
-                           _A100_INTRA, _A100_INTER),
-    "h100-80g": DeviceType("H100-SXM5-80GB", 80e9, {"fp32": 67e12, "fp16": 989e12, "bf16": 989e12}, 3.35e12,
-                           Link(8e-6, 400e9), Link(15e-6, 45e9), half_efficiency_flops=6e9),
-    "v100-32g": DeviceType("V100-SXM2-32GB", 32e9, {"fp32": 15.7e12, "fp16": 125e12, "bf16": 0.0}, 0.9e12,
-                           Link(10e-6, 130e9), Link(20e-6, 6e9), half_efficiency_flops=1e9),
-    "titanxp-12g": DeviceType("TITAN Xp 12GB", 12e9, {"fp32": 12.1e12, "fp16": 0.19e12, "bf16": 0.0}, 0.5476e12,
-                              Link(15e-6, 10e9), Link(50e-6, 1.2e9), half_efficiency_flops=2e8,
-                              reserve_bytes=1 * GiB),
+    "a100-40g": DeviceType("A100-SXM4-40GB", 40960 * MiB, _A100_PEAK, 1.555e12, _A100_INTRA, _A100_INTER,
+                           gemm_efficiency=A100_GEMM_EFFICIENCY, sm_count=108, attention_efficiency=(0.65, 0.5),
+                           fused_attention_efficiency=(0.65, 0.5), **_GPU),
+    "a100-80g": DeviceType("A100-SXM4-80GB", 81920 * MiB, _A100_PEAK, 2.039e12, _A100_INTRA, _A100_INTER,
+                           gemm_efficiency=A100_GEMM_EFFICIENCY, sm_count=108, attention_efficiency=(0.65, 0.5),
+                           fused_attention_efficiency=(0.65, 0.5), **_GPU),
+    "h100-80g": DeviceType("H100-SXM5-80GB", 81559 * MiB, {"fp32": 67e12, "fp16": 989e12, "bf16": 989e12}, 3.35e12,
+                           Link(3.4e-6, 400e9), Link(9.6e-6, 45e9), gemm_efficiency=H100_GEMM_EFFICIENCY, sm_count=132,
+                           attention_efficiency=(0.35, 0.3), fused_attention_efficiency=(0.6, 0.45), **_GPU),
+    "v100-32g": DeviceType("V100-SXM2-32GB", 32768 * MiB, {"fp32": 15.7e12, "fp16": 125e12, "bf16": 0.0}, 0.9e12,
+                           Link(10e-6, 130e9), Link(20e-6, 6e9), gemm_efficiency=A100_GEMM_EFFICIENCY, sm_count=80,
+                           engine=_STANDARD, **_GPU),
+    "titanxp-12g": DeviceType("TITAN Xp 12GB", 12196 * MiB, {"fp32": 12.1e12, "fp16": 0.19e12, "bf16": 0.0},
+                              0.5476e12, Link(15e-6, 10e9), Link(50e-6, 1.2e9), gemm_efficiency=A100_GEMM_EFFICIENCY,
+                              sm_count=30, reserve_bytes=1 * GiB, engine=_STANDARD, **_GPU),
     "cpu": DeviceType("CPU core (gloo)", 4 * GiB, {"fp32": 50e9, "fp16": 0.0, "bf16": 25e9}, 10e9,
-                      Link(50e-6, 1e9), Link(50e-6, 1e9), gemm_efficiency=0.5, half_efficiency_flops=2e6,
-                      layer_overhead_s=2e-3, reserve_bytes=0.5 * GiB, kind="cpu"),
+                      Link(50e-6, 1e9), Link(50e-6, 1e9), gemm_efficiency=0.5, layer_overhead_s=2e-3,
+                      reserve_bytes=0.5 * GiB, kind="cpu", engine=_STANDARD),
 }
 
 _PRESET_RE = re.compile(r"^(?P<kind>[a-z0-9-]+):(?P<nodes>\d+)x(?P<gpus>\d+)$")
@@ -136,8 +182,10 @@ def load_cluster(text: str) -> ClusterSpec:
 
 
 def _load_yaml(path: Path) -> ClusterSpec:
-    """YAML: nodes, devices_per_node, memory_gb, peak_tflops {fp32, fp16, bf16}, intra/inter {latency_us,
-    bandwidth_gbps (GB/s)}; optional base (a preset whose remaining figures are kept), name."""
+    """YAML: nodes, devices_per_node, memory_gib (2³⁰ bytes, what nvidia-smi's MiB add up to) or memory_gb
+    (10⁹ bytes), peak_tflops {fp32, fp16, bf16}, intra/inter {latency_us, bandwidth_gbps (GB/s)}, kernels
+    (fused | eager), attention (flash | standard); optional base (a preset whose remaining figures are
+    kept), name."""
     try:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
@@ -153,8 +201,12 @@ def _load_yaml(path: Path) -> ClusterSpec:
         nodes = int(data["nodes"])
         per_node = int(data["devices_per_node"])
         device = base
+        if "memory_gb" in data and "memory_gib" in data:
+            raise UniapError(f"cluster file {path}: give memory_gib or memory_gb, not both")
         if "memory_gb" in data:
             device = replace(device, memory_bytes=float(data["memory_gb"]) * 1e9)
+        if "memory_gib" in data:
+            device = replace(device, memory_bytes=float(data["memory_gib"]) * GiB)
         if "peak_tflops" in data:
             peaks = dict(device.peak_flops)
             peaks.update({k: float(v) * 1e12 for k, v in dict(data["peak_tflops"]).items()})
@@ -172,10 +224,13 @@ def _load_yaml(path: Path) -> ClusterSpec:
             device = replace(device, reserve_bytes=float(data["reserve_gb"]) * 1e9)
         if "name" in data:
             device = replace(device, name=str(data["name"]))
+        engine = Engine(kernels=str(data.get("kernels", device.engine.kernels)),
+                        attention=str(data.get("attention", device.engine.attention)))
     except KeyError as exc:
         raise UniapError(f"cluster file {path}: missing field {exc}") from None
     except (TypeError, ValueError) as exc:
         raise UniapError(f"cluster file {path}: bad value ({exc})") from None
     if nodes < 1 or per_node < 1 or device.memory_bytes <= 0:
         raise UniapError(f"cluster file {path}: nodes, devices_per_node and memory must be positive")
-    return ClusterSpec(name=str(data.get("name", path.stem)), nodes=nodes, devices_per_node=per_node, device=device)
+    return ClusterSpec(name=str(data.get("name", path.stem)), nodes=nodes, devices_per_node=per_node, device=device,
+                       engine=engine)

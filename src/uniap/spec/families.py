@@ -57,6 +57,7 @@ from dataclasses import dataclass
 
 from uniap.errors import UniapError
 from uniap.spec.model import LayerSpec, ModelConfig, ModelSpec
+from uniap.spec.ops import Attention, Elementwise, Gemm
 
 FAMILIES = ("gpt2", "llama", "bert", "t5", "vit", "swin")
 TEXT_FAMILIES = ("gpt2", "llama", "bert", "t5")
@@ -86,6 +87,7 @@ class _Fig:
     act_other: float = 0.0
     act_scores: float = 0.0
     comm: int = 0
+    ops: tuple = ()  # spec.ops operators of the forward pass, in order
 
     def __add__(self, other: "_Fig") -> "_Fig":
         return _Fig(*(getattr(self, k) + getattr(other, k) for k in self.__dataclass_fields__))
@@ -97,17 +99,19 @@ def _norm_params(cfg: ModelConfig, width: int) -> int:
 
 
 def _attention(cfg: ModelConfig, s: int, h: int, heads: int, kv_heads: int, d: int, *, dropout: bool,
-               pairs: int | None = None) -> _Fig:
+               causal: bool = False, windows: tuple[int, int] | None = None) -> _Fig:
     """Attention sublayer: norm, QKV, scores, output projection, residual dropout (pre- or post-norm
     keep the same tensors: a norm input, the QKV input, ...).
 
-    `pairs`: query-key pairs per head (s² for full attention; windows × w⁴ for Swin).
+    `windows`: (number of windows, tokens per window) for Swin's window attention; None for full attention
+    over the s tokens (query-key pairs per head: s², or windows × w⁴).
     T5 cross-attention has the same figures: its K and V read the encoder output (same length s here)
     instead of the norm output, and that tensor is shared by every decoder block of a stage, so it is
     not counted per block either way.
     """
     q_w, kv_w = heads * d, kv_heads * d
-    pairs = s * s if pairs is None else pairs
+    queries, keys = (s, s) if windows is None else (windows[0] * windows[1], windows[1])
+    pairs = queries * keys
     D = 1 if dropout else 0
     mats = h * q_w + 2 * h * kv_w + q_w * h
     col_bias = (q_w + 2 * kv_w) if cfg.bias else 0
@@ -122,7 +126,21 @@ def _attention(cfg: ModelConfig, s: int, h: int, heads: int, kv_heads: int, d: i
         act_other=2.0 * s * h + 2.0 * s * h + D * s * h,
         act_scores=(2 + 3 * D) * heads * float(pairs),
         comm=s * h,
+        ops=(_norm_op(cfg, s * h), Gemm(s, h, q_w + 2 * kv_w, "n"))
+        + ((Elementwise("rotary", s * (q_w + kv_w), tp_sharded=True),) if _rotary(cfg) else ())
+        + (Attention(heads, d, queries, keys, causal), Gemm(s, q_w, h, "k"))
+        + ((Elementwise("dropout", s * h),) if dropout else ()) + (Elementwise("residual", s * h),),
     )
+
+
+def _norm_op(cfg: ModelConfig, elems: float) -> Elementwise:
+    return Elementwise("rmsnorm" if cfg.norm == "rmsnorm" else "norm", elems)
+
+
+def _rotary(cfg: ModelConfig) -> bool:
+    """Llama-style models rotate queries and keys (RoPE); the others add positions to the embeddings or,
+    T5, a bias to the scores."""
+    return cfg.family == "llama"
 
 
 def _ffn(cfg: ModelConfig, s: int, h: int, f: int, *, dropout: bool, inner_dropout: bool = False) -> _Fig:
@@ -140,6 +158,11 @@ def _ffn(cfg: ModelConfig, s: int, h: int, f: int, *, dropout: bool, inner_dropo
         act_tp=kept,
         act_other=2.0 * s * h + 2.0 * s * h + D * s * h,  # norm input, fc1 input, dropout mask
         comm=s * h,
+        ops=(_norm_op(cfg, s * h), Gemm(s, h, f, "n", count=n_in),
+             Elementwise("swiglu" if cfg.gated_mlp else "bias_gelu", s * f, tp_sharded=True))
+        + ((Elementwise("dropout", s * f, tp_sharded=True),) if inner_dropout else ())
+        + (Gemm(s, f, h, "k"),) + ((Elementwise("dropout", s * h),) if dropout else ())
+        + (Elementwise("residual", s * h),),
     )
 
 
@@ -155,7 +178,7 @@ def _layer(name: str, kind: str, fig: _Fig, *, tokens: int, width: int, act_inpu
         name=name, kind=kind, params=int(fig.params), tp_params=int(fig.tp_params), flops=float(fig.flops),
         tokens=int(tokens), width=int(width), act_tp=float(fig.act_tp), act_other=float(fig.act_other),
         act_scores=float(fig.act_scores), act_input=float(act_input), out_elems=int(out_elems),
-        tp_comm_elems=int(fig.comm), tp_divides=divides,
+        tp_comm_elems=int(fig.comm), tp_divides=divides, ops=tuple(fig.ops),
         signature=_signature(kind, fig, tokens, width, act_input, out_elems, divides),
     )
 
@@ -248,8 +271,11 @@ def _text_embed(cfg: ModelConfig, s: int, *, streams: int = 1) -> LayerSpec:
         params += cfg.type_vocab * h + _norm_params(cfg, h)
         other += 2.0 * s * h  # embedding LayerNorm input
         ids *= 2  # token-type ids
+    ops = (Elementwise("embedding", streams * s * h),) + ((Elementwise("dropout", streams * s * h),) if D else ())
+    if cfg.family == "bert":
+        ops += (_norm_op(cfg, s * h),)
     fig = _Fig(params=params, tp_params=cfg.vocab * h, flops=0.0, act_other=streams * other,
-               comm=streams * s * h)
+               comm=streams * s * h, ops=ops)
     return _layer("embed", "embedding", fig, tokens=streams * s, width=h, act_input=streams * ids,
                   out_elems=streams * s * h)
 
@@ -264,6 +290,7 @@ def _lm_head(cfg: ModelConfig, s: int, *, transform: bool = False, final_dropout
     """
     h, V = cfg.hidden, cfg.vocab
     fig = _Fig(params=V * h, tp_params=V * h, flops=2.0 * s * h * V, act_tp=4.0 * s * V, comm=3 * s)
+    loss = (Gemm(s, h, V, "n"), Elementwise("cross_entropy", s * V, tp_sharded=True))
     if transform:
         # BERT MLM head (HF BertLMPredictionHead): dense h×h + bias, GeLU, LayerNorm, decoder (tied) +
         # its bias V (vocabulary-parallel, so sharded). The transform is replicated under tp.
@@ -272,16 +299,19 @@ def _lm_head(cfg: ModelConfig, s: int, *, transform: bool = False, final_dropout
         fig.flops += 2.0 * s * h * h
         # transform input, GeLU input, LayerNorm input, decoder input
         fig.act_other += 4 * 2.0 * s * h
+        fig.ops = (Gemm(s, h, h), Elementwise("bias_gelu", s * h), _norm_op(cfg, s * h)) + loss
     else:
         fig.params += _norm_params(cfg, h)
         fig.act_other += 2.0 * s * h + 2.0 * s * h + (s * h if final_dropout else 0.0)  # norm in, lm_head in
+        fig.ops = (_norm_op(cfg, s * h),) + ((Elementwise("dropout", s * h),) if final_dropout else ()) + loss
     return _layer("head", "head", fig, tokens=s, width=h, act_input=2.0 * s * h, out_elems=0)
 
 
 def _std_block(cfg: ModelConfig, name: str, s: int, *, extra: _Fig | None = None) -> LayerSpec:
     h, D = cfg.hidden, DROPOUT[cfg.family]
-    fig = _attention(cfg, s, h, cfg.heads, cfg.n_kv_heads, cfg.head_dim, dropout=D) + _ffn(cfg, s, h, cfg.ffn,
-                                                                                            dropout=D)
+    causal = cfg.family in ("gpt2", "llama")  # decoders; BERT and ViT attend both ways
+    fig = (_attention(cfg, s, h, cfg.heads, cfg.n_kv_heads, cfg.head_dim, dropout=D, causal=causal)
+           + _ffn(cfg, s, h, cfg.ffn, dropout=D))
     if extra is not None:
         fig = fig + extra
     return _layer(name, "block", fig, tokens=s, width=h, act_input=2.0 * s * h, out_elems=s * h,
@@ -341,7 +371,7 @@ def _t5(cfg: ModelConfig, s: int) -> tuple[list[LayerSpec], int]:
         layers.append(_layer(f"enc.{i}", "block", fig, tokens=s, width=h, act_input=2.0 * s * h,
                              out_elems=2 * s * h, divides=divides))
     for i in range(n_dec):
-        fig = (_attention(cfg, s, h, a, g, d, dropout=True)
+        fig = (_attention(cfg, s, h, a, g, d, dropout=True, causal=True)
                + _attention(cfg, s, h, a, g, d, dropout=True)  # cross-attention
                + _ffn(cfg, s, h, f, dropout=True, inner_dropout=True))
         if i == 0:
@@ -364,11 +394,12 @@ def _vit(cfg: ModelConfig, s: int) -> tuple[list[LayerSpec], int]:
     h, C, p, K = cfg.hidden, cfg.channels, cfg.patch_size, cfg.num_classes
     n = s - 1
     image = 2.0 * C * cfg.image_size * cfg.image_size
-    embed = _Fig(params=C * p * p * h + h + h + s * h, flops=2.0 * n * C * p * p * h, act_other=image)
+    embed = _Fig(params=C * p * p * h + h + h + s * h, flops=2.0 * n * C * p * p * h, act_other=image,
+                 ops=(Gemm(n, C * p * p, h), Elementwise("residual", s * h)))
     layers = [_layer("embed", "patch_embed", embed, tokens=s, width=h, act_input=image, out_elems=s * h)]
     layers += [_std_block(cfg, f"block.{i}", s) for i in range(cfg.layers)]
     head = _Fig(params=_norm_params(cfg, h) + h * K + K, flops=2.0 * h * K,
-                act_other=2.0 * s * h + 2.0 * h + 4.0 * K)
+                act_other=2.0 * s * h + 2.0 * h + 4.0 * K, ops=(_norm_op(cfg, s * h), Gemm(1, h, K)))
     layers.append(_layer("head", "head", head, tokens=s, width=h, act_input=2.0 * s * h, out_elems=0))
     return layers, 0
 
@@ -400,7 +431,8 @@ def _swin(cfg: ModelConfig, s: int) -> tuple[list[LayerSpec], int]:
     n0 = stages[0][0] ** 2
     image = 2.0 * cfg.channels * cfg.image_size * cfg.image_size
     embed = _Fig(params=cfg.channels * p * p * C0 + C0 + _norm_params(cfg, C0),
-                 flops=2.0 * n0 * cfg.channels * p * p * C0, act_other=image + 2.0 * n0 * C0)
+                 flops=2.0 * n0 * cfg.channels * p * p * C0, act_other=image + 2.0 * n0 * C0,
+                 ops=(Gemm(n0, cfg.channels * p * p, C0), _norm_op(cfg, n0 * C0)))
     if cfg.learned_positions:  # HF use_absolute_embeddings: a (patches + 1) × C table
         embed.params += (n0 + 1) * C0
     layers = [_layer("embed", "patch_embed", embed, tokens=n0, width=C0, act_input=image, out_elems=n0 * C0)]
@@ -408,7 +440,7 @@ def _swin(cfg: ModelConfig, s: int) -> tuple[list[LayerSpec], int]:
         n = side * side
         windows = math.ceil(side / w) ** 2
         f = int(round(ratio * C))
-        fig = (_attention(cfg, n, C, a, a, C // a, dropout=False, pairs=windows * w ** 4)
+        fig = (_attention(cfg, n, C, a, a, C // a, dropout=False, windows=(windows, w * w))
                + _ffn(cfg, n, C, f, dropout=False) + _Fig(params=(2 * w - 1) ** 2 * a))
         for i in range(cfg.depths[st]):
             layers.append(_layer(f"swin.{st}.{i}", "block", fig, tokens=n, width=C, act_input=2.0 * n * C,
@@ -416,12 +448,13 @@ def _swin(cfg: ModelConfig, s: int) -> tuple[list[LayerSpec], int]:
         if st < len(stages) - 1:
             n_out = math.ceil(side / 2) ** 2
             merge = _Fig(params=_norm_params(cfg, 4 * C) + 4 * C * 2 * C, flops=2.0 * n_out * 4 * C * 2 * C,
-                         act_other=2.0 * n_out * 4 * C * 2)  # LayerNorm input and reduction input
+                         act_other=2.0 * n_out * 4 * C * 2,  # LayerNorm input and reduction input
+                         ops=(_norm_op(cfg, n_out * 4 * C), Gemm(n_out, 4 * C, 2 * C)))
             layers.append(_layer(f"merge.{st}", "merge", merge, tokens=n_out, width=2 * C,
                                  act_input=2.0 * n * C, out_elems=n_out * 2 * C))
     side, C = stages[-1][0], stages[-1][1]
     n = side * side
     head = _Fig(params=_norm_params(cfg, C) + C * K + K, flops=2.0 * C * K,
-                act_other=2.0 * n * C + 2.0 * C + 4.0 * K)
+                act_other=2.0 * n * C + 2.0 * C + 4.0 * K, ops=(_norm_op(cfg, n * C), Gemm(1, C, K)))
     layers.append(_layer("head", "head", head, tokens=n, width=C, act_input=2.0 * n * C, out_elems=0))
     return layers, 0

@@ -71,6 +71,7 @@ class LayerSpec:
     out_elems: int  # elements/sample of the activation handed to the next layer
     tp_comm_elems: int  # elements/sample all-reduced by tp in forward (2·s·h for a Megatron block); same backward
     tp_divides: tuple[int, ...] = ()  # sizes a tp degree must divide (heads, kv heads, ffn, vocab)
+    ops: tuple = field(default=(), compare=False)  # spec.ops operators of the forward pass (what cost.compute prices)
     signature: tuple = field(default=())  # equal signatures => identical layers (the solver folds them)
 
 

@@ -1,0 +1,60 @@
+"""The operators of one layer's forward pass, per sample, as the cost model prices them.
+
+A layer is a short list of operators on the tensors of one sample; the cost model (`cost.compute`)
+scales them by the per-device micro-batch, splits them by the strategy's tensor parallelism and prices
+each kind its own way: GEMMs by their shape, attention as its own kernel, element-wise work by the
+bytes it moves. The spec only says *what* runs; how fast it runs on a device is the cost model's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Element-wise operator kinds; cost.compute.ELEMENTWISE prices each (bytes per element, kernels) under
+# fused and under eager kernels.
+ELEMENTWISE_KINDS = ("norm", "rmsnorm", "bias_gelu", "swiglu", "residual", "dropout", "rotary", "softmax", "embedding",
+                     "cross_entropy")
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """`count` matmuls (rows × k) @ (k × n) per sample, `rows` = the tokens of one sample.
+
+    split: the dimension tensor parallelism divides: "n" column-parallel (QKV, fc1, gate/up, the
+    vocabulary of an LM head), "k" row-parallel (attention output, fc2), "" replicated.
+    """
+
+    rows: int
+    k: int
+    n: int
+    split: str = ""
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Scaled dot-product attention of one sample: `queries` queries each attending to `keys` keys per head.
+
+    Full attention has queries = keys = s; Swin's windows have queries = windows·w², keys = w². A causal
+    mask leaves half the query–key pairs to compute for a kernel that skips masked blocks (flash).
+    Tensor parallelism splits the heads.
+    """
+
+    heads: int
+    head_dim: int
+    queries: int
+    keys: int
+    causal: bool = False
+
+
+@dataclass(frozen=True)
+class Elementwise:
+    """A memory-bound operator over `elems` elements of one sample (16-bit activations).
+
+    tp_sharded: the tensor lives inside a tensor-parallel region (split by tp); otherwise it is replicated
+    over tp, unless sequence parallelism splits it along the sequence.
+    """
+
+    kind: str
+    elems: float
+    tp_sharded: bool = False
