@@ -62,8 +62,8 @@ class Row:
             return "fp8 training is not modelled"
         if (c.get("cp") or 1) > 1:
             return "context parallelism is not modelled"
-        if c["pp"] > 1 and c.get("virtual_stages") != 1:
-            return "interleaved pipeline schedule (virtual stages) is not modelled yet"
+        if c["pp"] > 1 and c.get("virtual_stages") is None:
+            return "the source does not state the interleaved schedule's virtual stages"
         if c.get("recompute") == "selective":
             return "selective recomputation is not modelled (a layer recomputes all or nothing)"
         unstated = [k for k in ("zero", "recompute") if c.get(k) is None]
@@ -129,9 +129,11 @@ def predict(row: Row, device_overrides: dict | None = None) -> tuple[float, bool
     cluster = cluster_of(row, device_overrides)
     precision = "bf16" if c.get("precision") in (None, "bf16") else c["precision"]
     workload = Workload(c["global_batch"], model.seq_len, precision)
+    v = int(c.get("virtual_stages") or 1) if c["pp"] > 1 else 1
     plan = estimate_uniform(model, cluster, workload, tp=c["tp"], pp=c["pp"], dp=c["dp"], zero=c["zero"],
                             micro_batch_size=c.get("micro_batch_size") or 1, recompute=c["recompute"] == "full",
-                            sequence_parallel=bool(c.get("sequence_parallel")) and c["tp"] > 1, schedule="1f1b")
+                            sequence_parallel=bool(c.get("sequence_parallel")) and c["tp"] > 1,
+                            schedule="interleaved-1f1b" if v > 1 else "1f1b", virtual_stages=v)
     p = plan.predicted
     return p["iteration_time_s"], p["fits"], p["mfu"]
 
@@ -148,7 +150,7 @@ def errors(rows: list[Row], device_overrides: dict | None = None) -> list[tuple[
 
 def print_table(title: str, results) -> float:
     print(f"\n{title}")
-    header = (f"{'row':<34} {'hw':<8} {'GPUs':>5} {'kernels':<7} {'tp':>2} {'pp':>2} {'dp':>4} {'z':>1} {'rc':<4} "
+    header = (f"{'row':<34} {'hw':<8} {'GPUs':>5} {'kernels':<7} {'tp':>2} {'pp':>2} {'v':>1} {'dp':>4} {'z':>1} {'rc':<4} "
               f"{'published s':>11} {'predicted s':>11} {'error':>7} {'MFU':>5}")
     print(header)
     print("-" * len(header))
@@ -158,7 +160,7 @@ def print_table(title: str, results) -> float:
         err = predicted / measured - 1
         worst = max(worst, abs(err))
         print(f"{row.id:<34} {row.data['hardware']:<8} {row.data['gpus']:>5} {row.data['kernels']:<7} {c['tp']:>2} "
-              f"{c['pp']:>2} {c['dp']:>4} {c['zero']:>1} {c['recompute'][:4]:<4} {measured:>11.3f} {predicted:>11.3f} "
+              f"{c['pp']:>2} {c.get('virtual_stages') or 1:>1} {c['dp']:>4} {c['zero']:>1} {c['recompute'][:4]:<4} {measured:>11.3f} {predicted:>11.3f} "
               f"{err * 100:>+6.1f}% {mfu * 100:>4.0f}%" + ("" if fits else "  (does not fit)"))
     errs = [abs(p / m - 1) for _, m, p, _, _ in results]
     median = sorted(errs)[len(errs) // 2] if errs else 0.0

@@ -50,7 +50,7 @@ def single_program(args) -> None:
         for stages in (2, 4, 8):
             if stages > len(model.layers):
                 continue
-            program = build_candidate((stages, 16), model, cluster, workload, "1f1b", None)
+            program = build_candidate((stages, 16, 1), model, cluster, workload, ("1f1b",), None)
             t = time.perf_counter()
             folded = solve(program)
             t_fold = time.perf_counter() - t
@@ -119,7 +119,7 @@ def _options_rows(limit: float) -> None:
     totals = [0.0, 0.0]
     for label, model, cluster_name, workload in cases:
         cluster = load_cluster(cluster_name)
-        programs = [build_candidate(c, model, cluster, workload, "1f1b", None)
+        programs = [build_candidate(c, model, cluster, workload, ("1f1b",), None)
                     for c in candidates(model, cluster, workload)]
         programs = sorted((p for p in programs if p is not None and lower_bound(p) < float("inf")), key=lower_bound)
         for program in programs[:6]:

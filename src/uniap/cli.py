@@ -106,6 +106,8 @@ def estimate(
     micro_batches: Optional[int] = typer.Option(None, "--micro-batches", help="Micro-batches per iteration (instead of --micro-batch-size)."),
     recompute: Recompute = typer.Option(Recompute.none, "--recompute", help="Activation recomputation of the blocks."),
     schedule: Schedule = SCHED,
+    virtual_stages: int = typer.Option(1, "--virtual-stages", help="Chunks per pipeline stage for --schedule "
+                                       "interleaved-1f1b (at least 2)."),
     sequence_parallel: bool = typer.Option(False, "--sequence-parallel", help="Megatron sequence parallelism (tp > 1)."),
     plan: Optional[str] = typer.Option(None, "--plan", help="Re-cost a plan file instead of a uniform configuration."),
     profile: Optional[str] = PROFILE,
@@ -144,7 +146,7 @@ def estimate(
         result = estimate_uniform(spec, clus, workload, tp=tp, pp=pp, dp=dp, zero=zero,
                                   micro_batch_size=micro_batch_size, micro_batches=micro_batches,
                                   recompute=recompute is Recompute.full, sequence_parallel=sequence_parallel,
-                                  schedule=schedule.value)
+                                  schedule=schedule.value, virtual_stages=virtual_stages)
     if fmt is Fmt.json:
         emit_json(result.to_json())
     else:
@@ -158,7 +160,10 @@ def plan(
     global_batch: int = BATCH,
     seq_len: Optional[int] = SEQ,
     precision: Precision = PREC,
-    schedule: Schedule = SCHED,
+    schedule: Schedule = typer.Option(Schedule.f1b, "--schedule", help="Pipeline schedule; interleaved-1f1b "
+                                      "searches it together with 1f1b (slower: see the README)."),
+    max_virtual_stages: int = typer.Option(8, "--max-virtual-stages", help="Most chunks per stage the "
+                                           "interleaved search tries."),
     solver: str = SOLVER,
     time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds for the whole search; the best plan found so far is returned with its gap."),
     max_tp: Optional[int] = typer.Option(None, "--max-tp", help="Largest tensor-parallel degree to consider."),
@@ -185,7 +190,8 @@ def plan(
             best_text = f"best {best:.4g} s/iter" if best < float("inf") else "no plan yet"
             bar.update(task, completed=done, total=total, best=best_text)
 
-        result = plan_search(spec, clus, workload, schedule=schedule.value, solver=solver, time_limit=time_limit,
+        result = plan_search(spec, clus, workload, schedule=schedule.value, solver=solver,
+                             max_virtual_stages=max_virtual_stages, time_limit=time_limit,
                              max_tp=max_tp, workers=workers, progress=progress)
     if out_path:
         result.save(out_path)

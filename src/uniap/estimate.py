@@ -24,10 +24,11 @@ EDGE_KINDS = ("embedding", "patch_embed", "head")
 
 
 def uniform_split(model: ModelSpec, stages: int) -> np.ndarray:
-    """Megatron's split: the body layers evenly over the stages, embedding on the first, head on the last."""
+    """Megatron's split: the body layers evenly over the stages (or chunks), embedding on the first, head on the
+    last."""
     body = [u for u, layer in enumerate(model.layers) if layer.kind not in EDGE_KINDS]
     if stages > len(body):
-        raise UniapError(f"pipeline degree {stages} exceeds the {len(body)} blocks of {model.name}")
+        raise UniapError(f"{stages} pipeline stages (chunks) exceed the {len(body)} blocks of {model.name}")
     stage_of = np.zeros(len(model.layers), dtype=int)
     for i, u in enumerate(body):
         stage_of[u] = i * stages // len(body)
@@ -39,6 +40,7 @@ def uniform_split(model: ModelSpec, stages: int) -> np.ndarray:
 
 def uniform_assignment(model: ModelSpec, stages: int, strategy: Strategy, micro_batch: int
                        ) -> tuple[list[Strategy], np.ndarray, np.ndarray]:
+    """`stages`: the pieces of the chain (P, or P·v chunks under interleaving)."""
     """One strategy for every layer (recompute only where a layer can be recomputed).
 
     Raises the first reason a layer cannot take the strategy (e.g. tp not dividing the heads).
@@ -60,6 +62,10 @@ def predict(model: ModelSpec, cluster: ClusterSpec, workload: Workload, program:
     """The `predicted` section of the plan contract."""
     times = stage_times(program, stage_of, strategy_of)
     tpi = evaluate_unchecked(program, stage_of, strategy_of)
+    v = program.virtual_stages
+    c = program.micro_batches
+    work = float(times.chunk_p.sum()) * c  # every micro-batch through every chunk, spread over the groups
+    bubble = max(0.0, 1.0 - work / (program.pipeline_degree * tpi)) if tpi > 0 else 0.0
     peak = times.memory + cluster.device.reserve_bytes
     model_flops = 3.0 * model.flops_per_sample() * workload.global_batch  # fwd + bwd, recompute not counted
     n = cluster.devices
@@ -74,6 +80,7 @@ def predict(model: ModelSpec, cluster: ClusterSpec, workload: Workload, program:
         "memory_capacity_bytes": int(cluster.device.memory_bytes),
         "fits": bool(np.all(times.memory <= program.memory_capacity)),
         "stage_time_s": [float(p) for p in times.p],
+        "bubble_fraction": bubble,  # share of device time not spent on the stages' own work
     }
 
 
@@ -84,14 +91,21 @@ def evaluate_unchecked(program: StageProgram, stage_of: np.ndarray, strategy_of:
 
 def make_plan(model: ModelSpec, cluster: ClusterSpec, workload: Workload, schedule: str, micro_batches: int,
               strategies: list[Strategy], stage_of: np.ndarray, strategy_of: np.ndarray, predicted: dict,
-              search: dict | None = None) -> Plan:
-    stages = int(stage_of.max()) + 1
+              search: dict | None = None, virtual_stages: int = 1) -> Plan:
+    """`stage_of`: each layer's piece of the chain as the solver numbers it (its chunk under interleaving)."""
+    pieces = int(stage_of.max()) + 1  # stages, or chunks under interleaving (chunk j on stage j mod P)
+    stages = pieces // virtual_stages
     d = cluster.devices // stages
     stage_plans = []
     for i in range(stages):
-        members = np.flatnonzero(stage_of == i)
-        stage_plans.append(StagePlan(i, tuple(range(i * d, (i + 1) * d)), (int(members[0]), int(members[-1]))))
-    layers = [LayerPlan(u, layer.name, int(stage_of[u]), strategies[int(strategy_of[u])])
+        ranges = []
+        for j in range(i, pieces, stages):
+            members = np.flatnonzero(stage_of == j)
+            ranges.append((int(members[0]), int(members[-1])))
+        stage_plans.append(StagePlan(i, tuple(range(i * d, (i + 1) * d)), (ranges[0][0], ranges[-1][1]),
+                                     tuple(ranges) if virtual_stages > 1 else ()))
+    layers = [LayerPlan(u, layer.name, int(stage_of[u]) % stages, strategies[int(strategy_of[u])],
+                        int(stage_of[u]) if virtual_stages > 1 else None)
               for u, layer in enumerate(model.layers)]
     return Plan(
         model={"name": model.name, "layers": len(model.layers), "parameters": model.parameters,
@@ -99,7 +113,8 @@ def make_plan(model: ModelSpec, cluster: ClusterSpec, workload: Workload, schedu
         cluster={"name": cluster.name, "devices": cluster.devices, "nodes": cluster.nodes,
                  "devices_per_node": cluster.devices_per_node, "engine": cluster.engine.to_json()},
         workload=workload.to_json(),
-        pipeline={"degree": stages, "micro_batches": micro_batches, "schedule": schedule},
+        pipeline={"degree": stages, "micro_batches": micro_batches, "schedule": schedule,
+                  "virtual_stages": virtual_stages},
         stages=stage_plans, layers=layers, predicted=predicted, search=search)
 
 
@@ -114,7 +129,7 @@ def cost_plan(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> tuple[Stage
     workload = workload_of(plan)
     strategies = sorted({layer.strategy for layer in plan.layers})
     index = {s: k for k, s in enumerate(strategies)}
-    stage_of = np.array([layer.stage for layer in plan.layers])
+    stage_of = np.array([layer.position for layer in plan.layers])
     strategy_of = np.array([index[layer.strategy] for layer in plan.layers])
     micro = workload.global_batch // int(plan.pipeline["micro_batches"])
     for layer, spec in zip(plan.layers, model.layers):
@@ -122,7 +137,7 @@ def cost_plan(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> tuple[Stage
         if why:
             raise UniapError(f"plan layer {layer.index}: {why}")
     program = build_program(model, cluster, workload, len(plan.stages), int(plan.pipeline["micro_batches"]),
-                            strategies, str(plan.pipeline["schedule"]))
+                            strategies, str(plan.pipeline["schedule"]), plan.virtual_stages)
     return program, stage_of, strategy_of
 
 
@@ -134,8 +149,9 @@ def workload_of(plan: Plan) -> Workload:
 def estimate_uniform(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, tp: int = 1, pp: int = 1,
                      dp: int | None = None, zero: int = 0, micro_batch_size: int | None = None,
                      micro_batches: int | None = None, recompute: bool = False, sequence_parallel: bool = False,
-                     schedule: str = "1f1b") -> Plan:
-    """Cost a Megatron-style configuration: Megatron's micro-batch size is per device, so c = B / (dp·b)."""
+                     schedule: str = "1f1b", virtual_stages: int = 1) -> Plan:
+    """Cost a Megatron-style configuration: Megatron's micro-batch size is per device, so c = B / (dp·b).
+    Interleaved 1F1B (`virtual_stages` > 1) splits the blocks evenly over the P·v chunks."""
     n = cluster.devices
     if tp < 1 or pp < 1:
         raise UniapError("--tp and --pp must be >= 1")
@@ -159,7 +175,8 @@ def estimate_uniform(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
     if micro % dp:
         raise UniapError(f"a micro-batch of {micro} samples does not split over dp {dp}")
     strategy = Strategy(dp=dp, tp=tp, zero=zero if dp > 1 else 0, recompute=recompute, sp=sequence_parallel)
-    strategies, stage_of, strategy_of = uniform_assignment(model, pp, strategy, micro)
-    program = build_program(model, cluster, workload, pp, micro_batches, strategies, schedule)
+    strategies, stage_of, strategy_of = uniform_assignment(model, pp * virtual_stages, strategy, micro)
+    program = build_program(model, cluster, workload, pp, micro_batches, strategies, schedule, virtual_stages)
     predicted = predict(model, cluster, workload, program, stage_of, strategy_of)
-    return make_plan(model, cluster, workload, schedule, micro_batches, strategies, stage_of, strategy_of, predicted)
+    return make_plan(model, cluster, workload, schedule, micro_batches, strategies, stage_of, strategy_of, predicted,
+                     virtual_stages=virtual_stages)

@@ -16,6 +16,7 @@ from uniap.errors import UniapError
 from uniap.jsonfile import read_json_object
 from uniap.spec.engine import Engine
 from uniap.spec.model import ModelConfig
+from uniap.spec.workload import INTERLEAVED, SCHEDULES
 from uniap.strategies import Strategy
 
 SCHEMA = "uniap.plan/1"
@@ -25,7 +26,13 @@ SCHEMA = "uniap.plan/1"
 class StagePlan:
     index: int
     ranks: tuple[int, ...]
-    layers: tuple[int, int]  # first, last (inclusive) layer index of the chain
+    layers: tuple[int, int]  # first, last (inclusive) layer index of the chain this stage's chunks span
+    chunks: tuple[tuple[int, int], ...] = ()  # (first, last) of each chunk it runs, in order; () = (layers,)
+
+    @property
+    def ranges(self) -> tuple[tuple[int, int], ...]:
+        """The contiguous layer ranges this stage runs: one, or v under the interleaved schedule."""
+        return self.chunks or (self.layers,)
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,12 @@ class LayerPlan:
     name: str
     stage: int
     strategy: Strategy
+    chunk: int | None = None  # global chunk index under the interleaved schedule (chunk mod P = stage)
+
+    @property
+    def position(self) -> int:
+        """The piece of the chain this layer belongs to: its chunk, or its stage when there are no chunks."""
+        return self.stage if self.chunk is None else self.chunk
 
 
 @dataclass
@@ -51,6 +64,10 @@ class Plan:
     @property
     def world_size(self) -> int:
         return int(self.cluster["devices"])
+
+    @property
+    def virtual_stages(self) -> int:
+        return int(self.pipeline.get("virtual_stages", 1))
 
     @property
     def engine(self) -> Engine | None:
@@ -80,9 +97,10 @@ class Plan:
             "cluster": self.cluster,
             "workload": self.workload,
             "pipeline": self.pipeline,
-            "stages": [{"index": s.index, "ranks": list(s.ranks), "layers": list(s.layers)} for s in self.stages],
-            "layers": [{"index": l.index, "name": l.name, "stage": l.stage, "strategy": l.strategy.to_json()}
-                       for l in self.layers],
+            "stages": [{"index": s.index, "ranks": list(s.ranks), "layers": list(s.layers),
+                        "chunks": [list(c) for c in s.ranges]} for s in self.stages],
+            "layers": [{"index": l.index, "name": l.name, "stage": l.stage, "chunk": l.position,
+                        "strategy": l.strategy.to_json()} for l in self.layers],
             "predicted": self.predicted,
         }
         if self.search is not None:
@@ -100,15 +118,19 @@ class Plan:
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
             raise UniapError(f"not a uniap plan (expected schema {SCHEMA!r})")
         try:
+            interleaved = int(dict(data["pipeline"]).get("virtual_stages", 1)) > 1  # else chunks are the stages
             plan = cls(
                 model=dict(data["model"]),
                 cluster=dict(data["cluster"]),
                 workload=dict(data["workload"]),
                 pipeline=dict(data["pipeline"]),
                 stages=[StagePlan(int(s["index"]), tuple(int(r) for r in s["ranks"]),
-                                  (int(s["layers"][0]), int(s["layers"][1]))) for s in data["stages"]],
+                                  (int(s["layers"][0]), int(s["layers"][1])),
+                                  tuple((int(c[0]), int(c[1])) for c in s["chunks"]) if interleaved else ())
+                        for s in data["stages"]],
                 layers=[LayerPlan(int(l["index"]), str(l["name"]), int(l["stage"]),
-                                  Strategy.from_json(l["strategy"])) for l in data["layers"]],
+                                  Strategy.from_json(l["strategy"]), int(l["chunk"]) if interleaved else None)
+                        for l in data["layers"]],
                 predicted=dict(data.get("predicted", {})),
                 search=data.get("search"),
             )
@@ -137,14 +159,22 @@ class Plan:
             raise UniapError(f"pipeline degree {degree} does not divide the {n} devices")
         if int(self.pipeline["micro_batches"]) < 1:
             raise UniapError("micro_batches must be >= 1")
-        if self.pipeline.get("schedule") not in ("gpipe", "1f1b"):
-            raise UniapError(f"unknown schedule {self.pipeline.get('schedule')!r} (gpipe or 1f1b)")
+        schedule, v = self.pipeline.get("schedule"), self.virtual_stages
+        if schedule not in SCHEDULES:
+            raise UniapError(f"unknown schedule {schedule!r} ({', '.join(SCHEDULES)})")
+        if (schedule == INTERLEAVED) != (v > 1) or v < 1:
+            raise UniapError(f"schedule {schedule!r} with {v} virtual stages: interleaved-1f1b needs 2 or more, "
+                             "the others 1")
         ranks = sorted(r for s in self.stages for r in s.ranks)
         if ranks != list(range(n)):
             raise UniapError(f"stage ranks must cover 0..{n - 1} exactly once")
+        if any(len(stage.ranges) != v for stage in self.stages):
+            raise UniapError(f"every stage must run {v} chunk(s)")
         expect = 0
-        for i, stage in enumerate(self.stages):
-            first, last = stage.layers
+        for j in range(degree * v):  # chunk j sits on stage j mod P, the chunks cover the chain in order
+            i = j % degree
+            stage = self.stages[i]
+            first, last = stage.ranges[j // degree]
             if stage.index != i or first != expect or last < first:
                 raise UniapError(f"stage {i}: layers must be contiguous and ordered (got {first}..{last})")
             expect = last + 1
@@ -152,7 +182,10 @@ class Plan:
             raise UniapError(f"stages cover {expect} layers but the model has {self.model['layers']}")
         for layer in self.layers:
             stage = self.stages[layer.stage] if 0 <= layer.stage < degree else None
-            if stage is None or not stage.layers[0] <= layer.index <= stage.layers[1]:
+            chunk = layer.position
+            inside = stage is not None and chunk % degree == layer.stage and 0 <= chunk < degree * v and \
+                stage.ranges[chunk // degree][0] <= layer.index <= stage.ranges[chunk // degree][1]
+            if not inside:
                 raise UniapError(f"layer {layer.index} ({layer.name}) is not inside its stage {layer.stage}")
             if layer.strategy.devices != len(stage.ranks):
                 raise UniapError(f"layer {layer.index}: dp×tp = {layer.strategy.devices} but its stage has "

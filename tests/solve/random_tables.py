@@ -5,14 +5,16 @@ from __future__ import annotations
 import numpy as np
 
 from uniap.solve.program import StageProgram
+from uniap.spec.workload import inflight as workload_inflight
 
 
 def random_program(seed: int, *, layers: int = 6, strategies: int = 3, stages: int = 2, micro_batches: int = 4,
                    runs: list[int] | None = None, layouts: list[int] | None = None, memory: float | None = 40.0,
-                   schedule: str = "1f1b") -> StageProgram:
+                   schedule: str = "1f1b", virtual_stages: int = 1) -> StageProgram:
     """Costs drawn uniformly; `runs` (lengths summing to `layers`) makes each run's layers identical, with one
     shared (arbitrary, non-metric) R and Rp inside it; `layouts` (a class id per strategy) makes R and Rp depend on
-    the strategies' classes only, as in the real cost model. `memory` is the capacity (None: unlimited)."""
+    the strategies' classes only, as in the real cost model. `memory` is the capacity (None: unlimited).
+    `virtual_stages` v > 1: interleaved 1F1B, `stages` device groups of v chunks each (P·v stages in the chain)."""
     rng = np.random.default_rng(seed)
     L, K, P = layers, strategies, stages
     runs = runs or [1] * L
@@ -40,11 +42,13 @@ def random_program(seed: int, *, layers: int = 6, strategies: int = 3, stages: i
                 R[u], Rp[u] = (inner, inner_p) if j < n - 1 else (edge(), edge())
             u += 1
     A[~allowed] = np.inf  # disallowed entries may hold anything: the solvers must not read them
-    inflight = [float(micro_batches)] * P if schedule == "gpipe" else [float(min(micro_batches, P - i))
-                                                                       for i in range(P)]
-    return StageProgram(A=A, G=G, Ms=Ms, Ma=Ma, R=R, Rp=Rp, allowed=allowed, stages=P, micro_batches=micro_batches,
-                        inflight=np.array(inflight), memory_capacity=np.inf if memory is None else memory,
-                        group=group)
+    if virtual_stages > 1:
+        schedule = "interleaved-1f1b"
+    inflight = workload_inflight(schedule, P, micro_batches, virtual_stages)
+    return StageProgram(A=A, G=G, Ms=Ms, Ma=Ma, R=R, Rp=Rp, allowed=allowed, stages=P * virtual_stages,
+                        micro_batches=micro_batches, inflight=np.array(inflight, dtype=float),
+                        memory_capacity=np.inf if memory is None else memory, group=group,
+                        virtual_stages=virtual_stages)
 
 
 def random_case(seed: int, max_layers: int = 7) -> StageProgram:

@@ -23,6 +23,7 @@ class Precision(str, Enum):
 class Schedule(str, Enum):
     gpipe = "gpipe"
     f1b = "1f1b"
+    interleaved = "interleaved-1f1b"
 
 
 class Kernels(str, Enum):

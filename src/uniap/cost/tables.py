@@ -20,7 +20,7 @@ from uniap.errors import UniapError
 from uniap.solve.program import StageProgram
 from uniap.spec.cluster import ClusterSpec, Link
 from uniap.spec.model import LayerSpec, ModelSpec
-from uniap.spec.workload import Workload, inflight
+from uniap.spec.workload import INTERLEAVED, Workload, check_interleaving, inflight
 from uniap.strategies import Strategy
 
 NOT_RECOMPUTABLE = ("embedding", "head", "patch_embed")
@@ -172,13 +172,22 @@ def _pair_tables(nbytes: float, strategies: list[Strategy], links: StageLinks) -
 
 
 def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, stages: int, micro_batches: int,
-                  strategies: list[Strategy], schedule: str = "1f1b") -> StageProgram:
-    """Tables for P = `stages` stages and c = `micro_batches`, over `strategies` (all with dp·tp = N/P)."""
+                  strategies: list[Strategy], schedule: str = "1f1b", virtual_stages: int = 1) -> StageProgram:
+    """Tables for P = `stages` stages and c = `micro_batches`, over `strategies` (all with dp·tp = N/P).
+
+    Interleaved 1F1B (`virtual_stages` v > 1): the program cuts the chain into P·v chunks, chunk j on device
+    group j mod P; its boundaries all cross device groups (each priced as a stage boundary)."""
     n = cluster.devices
     if stages < 1 or n % stages:
         raise UniapError(f"pipeline degree {stages} does not divide the {n} devices")
-    if stages > len(model.layers):
-        raise UniapError(f"pipeline degree {stages} exceeds the model's {len(model.layers)} layers")
+    if (schedule == INTERLEAVED) != (virtual_stages > 1):
+        raise UniapError(f"{virtual_stages} virtual stages and schedule {schedule!r}: interleaved-1f1b needs "
+                         f"2 or more virtual stages, the other schedules 1")
+    if schedule == INTERLEAVED:
+        check_interleaving(stages, micro_batches, virtual_stages)
+    if stages * virtual_stages > len(model.layers):
+        what = f"{stages} stages × {virtual_stages} virtual stages" if virtual_stages > 1 else f"pipeline degree {stages}"
+        raise UniapError(f"{what} exceeds the model's {len(model.layers)} layers")
     if micro_batches < 1 or workload.global_batch % micro_batches:
         raise UniapError(f"global batch {workload.global_batch} does not split into {micro_batches} micro-batches")
     d = n // stages
@@ -215,9 +224,10 @@ def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, st
         A, R, schedule = cluster.costs.adjust_tables(cluster, model, workload, strategies, stages, micro_batches,
                                                      schedule, A, R, ok)
     groups = _group_ids(model.layers)
-    return StageProgram(A=A, G=G, Ms=Ms, Ma=Ma, R=R, Rp=Rp, allowed=ok, stages=stages, micro_batches=micro_batches,
-                        inflight=np.array(inflight(schedule, stages, micro_batches), dtype=float),
-                        memory_capacity=cluster.memory_capacity, group=groups)
+    return StageProgram(A=A, G=G, Ms=Ms, Ma=Ma, R=R, Rp=Rp, allowed=ok, stages=stages * virtual_stages,
+                        micro_batches=micro_batches,
+                        inflight=np.array(inflight(schedule, stages, micro_batches, virtual_stages), dtype=float),
+                        memory_capacity=cluster.memory_capacity, group=groups, virtual_stages=virtual_stages)
 
 
 def _group_ids(layers) -> np.ndarray:

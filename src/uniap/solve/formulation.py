@@ -17,7 +17,9 @@ Variables, per run r (see reduce.py) and stage i:
   Each kind's total is linear in a and b, so they are continuous and integral at integral a, b, s, l;
 * ``B`` ≥ every p_i and o_i (the bottleneck), ``H`` ≥ every g_i.
 
-Objective Σ p + Σ o + (c − 1)·B + H, memory rows per stage. Times are divided by `scale` (the cheap lower bound on
+Objective Σ p + Σ o + (c − 1)·B + H, memory rows per stage. Interleaved programs (v = virtual_stages > 1) cut the
+chain into P·v stages ("chunks"), chunk i on device group i mod P: the objective becomes (Σ p + Σ o)/v +
+(c − 1/v)·B + H, and B, H and memory bound the sums over each group's chunks (solve.program has the formula). Times are divided by `scale` (the cheap lower bound on
 the TPI, so the optimum is ≳ 1 and absolute tolerances act as relative ones) and bytes by the capacity. Counts are
 bounded by what fits in memory (`_fits`), which also tightens the big-M of the "non-empty" and "class used" rows.
 
@@ -157,17 +159,22 @@ class Formulation:
         self._edge_rows(bld, P, runs)
         infl = np.asarray(program.inflight, dtype=float)
         cap = float(program.memory_capacity)
-        objective = [term(self.B, program.micro_batches - 1), term(self.H)]
-        for i in range(P):
-            p, o, g = self._stage_terms(i)
-            objective += [p, o]
+        v = program.virtual_stages
+        objective = [term(self.B, program.micro_batches - 1 / v), term(self.H)]
+        groups = [range(d, P, program.pipeline_degree) for d in range(program.pipeline_degree)]
+        terms = [self._stage_terms(i) for i in range(P)]
+        for p, o, _ in terms:
+            objective += [_scaled(p, 1 / v), _scaled(o, 1 / v)]
+        for chunks in groups:  # one device group: the sums over its chunks
+            p = plus(*(terms[i][0] for i in chunks))
+            o = plus(*(terms[i][1] for i in chunks))
             bld.row(plus(p, term(self.B, -1.0)), hi=0)
             if len(o[0]):
                 bld.row(plus(o, term(self.B, -1.0)), hi=0)
-            bld.row(plus(g, term(self.H, -1.0)), hi=0)
+            bld.row(plus(*(terms[i][2] for i in chunks), term(self.H, -1.0)), hi=0)
             if math.isfinite(cap):
                 mem = [term(self.n[r][i], (red.Ms[run.first, run.keep] + infl[i] * red.Ma[run.first, run.keep]) / cap)
-                       for r, run in enumerate(runs)]
+                       for i in chunks for r, run in enumerate(runs)]
                 bld.row(plus(*mem), hi=1.0)
         bld.minimise(plus(*objective))
 
@@ -320,6 +327,10 @@ class Formulation:
                 stage_of[u:u + m] = i
                 u += m
         return Decoded(stage_of, strategy_of, subtours)
+
+
+def _scaled(expr: Expr, factor: float) -> Expr:
+    return expr if factor == 1 else (expr[0], expr[1] * factor)
 
 
 def _fits(program: StageProgram, reduced: Reduced, run: Run) -> np.ndarray:

@@ -66,14 +66,16 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
     started = time.perf_counter()
     deadline = None if time_limit is None else started + float(time_limit)
     bound = lower_bound(program)
-    if cutoff is not None and bound < cutoff and program.stages > 1:
+    if cutoff is not None and bound < cutoff and program.stages > 1 and program.virtual_stages == 1:
         # A stronger bound (~0.1-0.5 s) before the MILP. One stage has no min-max term for it to tighten: there
-        # the MILP itself is faster.
+        # the MILP itself is faster. (Its partition DP knows one chunk per device group only.)
         bound = max(bound, partition_bound(program, cutoff))
     if bound == math.inf:
         return Outcome(None, "infeasible")
     if cutoff is not None and bound >= cutoff:
         return Outcome(None, "cutoff")
+    if solver == "scip" and program.virtual_stages > 1:
+        raise UniapError("the SCIP back-end solves plain pipelines only; interleaved programs need highs or gurobi")
     if solver == "scip":
         status, plan, best_bound = _scip(program, deadline, cutoff, mip_gap)
     else:

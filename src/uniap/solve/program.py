@@ -1,6 +1,16 @@
 """What the solver optimises: the cost tables of one pipeline configuration, and the one objective.
 
-`evaluate` is *the* time per iteration (TPI) of a plan. The MILP, the reference solver, `estimate`,
+`evaluate` is *the* time per iteration (TPI) of a plan.
+
+The chain is cut into `stages` contiguous pieces. Plain pipelines (GPipe, 1F1B) give each piece its own
+devices. The interleaved 1F1B schedule (Narayanan et al. 2021 §2.2) has v = `virtual_stages` pieces
+("chunks") per device group, chunk j on group j mod P, P = stages / v: a micro-batch crosses every chunk once,
+so fill and drain take 1/v of a device's work while the steady state still runs every device's v chunks:
+
+    TPI = (Σ_j p_j + Σ_j o_j) / v + (c − 1/v) · max(max_d p_d, max_d o_d) + max_d g_d
+
+with p_j, o_j per chunk and boundary, p_d, o_d, g_d their sums over the chunks of device group d. v = 1 is the
+GPipe/1F1B formula Σ p + Σ o + (c − 1)·max + max g. Memory is summed over a group's chunks. The MILP, the reference solver, `estimate`,
 the baselines and the report all call it, so a plan's predicted time is the same number everywhere;
 the MILP's own objective is only trusted after `evaluate` has recomputed it.
 """
@@ -33,9 +43,19 @@ class StageProgram:
     allowed: np.ndarray  # (L, K) bool; a False entry may not be chosen (e.g. tp does not divide heads)
     stages: int  # P
     micro_batches: int  # c
-    inflight: np.ndarray  # (P,) micro-batches whose activations stage i holds at peak (c GPipe, min(c, P-i) 1F1B)
+    inflight: np.ndarray  # (P,) micro-batches whose activations stage (chunk) i holds at peak (c GPipe, min(c, P-i) 1F1B)
     memory_capacity: float  # bytes per device available to the plan
     group: np.ndarray  # (L,) int; consecutive layers with equal id are identical (same rows, same R between them)
+    virtual_stages: int = 1  # v: chunks per device group (interleaved 1F1B); `stages` counts chunks
+
+    @property
+    def pipeline_degree(self) -> int:
+        """Device groups of the pipeline: stages / virtual_stages."""
+        return self.stages // self.virtual_stages
+
+    def device_of(self) -> np.ndarray:
+        """(stages,) the device group of each chunk (round-robin: chunk j on group j mod P)."""
+        return np.arange(self.stages) % self.pipeline_degree
 
     @property
     def layers(self) -> int:
@@ -62,6 +82,10 @@ class StageProgram:
             raise UniapError(f"stages must be a positive integer, got {P!r}")
         if P > L:
             raise UniapError(f"{P} pipeline stages cannot be filled by {L} layers")
+        v = self.virtual_stages
+        if not isinstance(v, (int, np.integer)) or v < 1 or P % v or (v > 1 and P // v < 2):
+            raise UniapError(f"virtual_stages must be a positive divisor of the {P} stages leaving at least two "
+                             f"device groups, got {v!r}")
         if not isinstance(self.micro_batches, (int, np.integer)) or self.micro_batches < 1:
             raise UniapError(f"micro_batches must be a positive integer, got {self.micro_batches!r}")
         for name, shape in expected.items():
@@ -105,16 +129,25 @@ class Solution:
 
 @dataclass(frozen=True)
 class StageTimes:
-    """Per-stage terms of the TPI, as `evaluate` combines them."""
+    """Per-stage terms of the TPI, as `evaluate` combines them: per device group (P) and per chunk (S = P·v)."""
 
-    p: np.ndarray  # (P,) seconds per micro-batch of each stage (layers + resharding inside it)
-    o: np.ndarray  # (P-1,) seconds per micro-batch of each stage boundary (send + gradient back)
-    g: np.ndarray  # (P,) seconds once per iteration of each stage (grad sync, optimizer)
-    memory: np.ndarray  # (P,) peak bytes per device of each stage
+    p: np.ndarray  # (P,) seconds per micro-batch of each device group (its chunks' layers + resharding inside)
+    o: np.ndarray  # (S-1,) seconds per micro-batch of each chunk boundary (send + gradient back)
+    g: np.ndarray  # (P,) seconds once per iteration of each device group (grad sync, optimizer)
+    memory: np.ndarray  # (P,) peak bytes per device of each device group
+    chunk_p: np.ndarray  # (S,) seconds per micro-batch of each chunk (= p when v = 1)
+
+    @property
+    def o_device(self) -> np.ndarray:
+        """(P,) boundary time per micro-batch that each device group sends (its chunks' outgoing boundaries)."""
+        P = len(self.p)
+        out = np.zeros(P)
+        np.add.at(out, np.arange(len(self.o)) % P, self.o)
+        return out
 
     @property
     def bottleneck(self) -> float:
-        return float(max(self.p.max(), self.o.max(initial=0.0)))
+        return float(max(self.p.max(), self.o_device.max(initial=0.0)))
 
 
 def _check_shapes(program: StageProgram, stage_of, strategies) -> tuple[np.ndarray, np.ndarray]:
@@ -140,7 +173,8 @@ def _stages_valid(program: StageProgram, stage_of: np.ndarray) -> bool:
 
 
 def _times_many(program: StageProgram, stage_of: np.ndarray, strategies: np.ndarray) -> tuple[np.ndarray, ...]:
-    """p, o, g, memory for N assignments (N, L) sharing one stage placement: arrays (N, P), (N, P−1), (N, P), (N, P).
+    """p, o, g, memory per chunk for N assignments (N, L) sharing one stage placement: arrays (N, S), (N, S−1),
+    (N, S), (N, S) over the S = `stages` chunks (`_per_device` sums them per device group).
 
     Entries of disallowed strategies are read as 0 (they may hold inf/nan); callers mask such rows.
     """
@@ -170,6 +204,15 @@ def _times_many(program: StageProgram, stage_of: np.ndarray, strategies: np.ndar
     return p, o, g, memory
 
 
+def _per_device(program: StageProgram, per_chunk: np.ndarray) -> np.ndarray:
+    """(N, P) sums over each device group's chunks of an (N, k ≤ S) per-chunk array (chunk j on group j mod P)."""
+    P = program.pipeline_degree
+    out = np.zeros((per_chunk.shape[0], P))
+    for j in range(per_chunk.shape[1]):
+        out[:, j % P] += per_chunk[:, j]
+    return out
+
+
 def _feasible_many(program: StageProgram, strategies: np.ndarray, memory: np.ndarray) -> np.ndarray:
     allowed = np.asarray(program.allowed)[np.arange(program.layers), strategies].all(axis=1)
     fits = (memory <= program.memory_capacity * (1 + MEMORY_RTOL)).all(axis=1)
@@ -187,9 +230,12 @@ def evaluate_many(program: StageProgram, stage_of, strategies) -> np.ndarray:
     if not _stages_valid(program, stage_of):
         return out
     p, o, g, memory = _times_many(program, stage_of, strategies)
-    bottleneck = np.maximum(p.max(axis=1), o.max(axis=1, initial=0.0))
-    value = p.sum(axis=1) + o.sum(axis=1) + (program.micro_batches - 1) * bottleneck + g.max(axis=1)
-    ok = _feasible_many(program, strategies, memory)
+    v = program.virtual_stages
+    p_dev, o_dev = _per_device(program, p), _per_device(program, o)
+    bottleneck = np.maximum(p_dev.max(axis=1), o_dev.max(axis=1, initial=0.0))
+    value = (p.sum(axis=1) + o.sum(axis=1)) / v + (program.micro_batches - 1 / v) * bottleneck \
+        + _per_device(program, g).max(axis=1)
+    ok = _feasible_many(program, strategies, _per_device(program, memory))
     out[ok] = value[ok]
     return out
 
@@ -207,7 +253,8 @@ def stage_times(program: StageProgram, stage_of, strategy_of) -> StageTimes:
     if not _stages_valid(program, stage_of):
         raise UniapError("stages must be contiguous, in layer order and non-empty")
     p, o, g, memory = _times_many(program, stage_of, strategy_of[None, :])
-    return StageTimes(p=p[0], o=o[0], g=g[0], memory=memory[0])
+    return StageTimes(p=_per_device(program, p)[0], o=o[0], g=_per_device(program, g)[0],
+                      memory=_per_device(program, memory)[0], chunk_p=p[0])
 
 
 def lower_bound(program: StageProgram) -> float:
@@ -231,26 +278,40 @@ def lower_bound(program: StageProgram) -> float:
     Ms = np.where(ok, np.asarray(program.Ms, dtype=float), 0.0)
     Ma = np.where(ok, np.asarray(program.Ma, dtype=float), 0.0)
     least = np.where(ok, Ms + infl.min() * Ma, math.inf).min(axis=1)
-    if least.max() > cap or least.sum() > program.stages * cap:
+    P = program.pipeline_degree  # device groups: memory and the bottleneck are per group
+    if least.max() > cap or least.sum() > P * cap:
         return math.inf
     a = row_min(program.A)
-    S, P = float(a.sum()), program.stages
-    simple = S + (program.micro_batches - 1) * max(S / P, float(a.max())) + float(row_min(program.G).sum()) / P
-    return max(simple, _memory_dual_bound(program, Ms + infl.min() * Ma, cap * P))
+    S, v = float(a.sum()), program.virtual_stages
+    sends = _least_sends(program, ok)
+    simple = (S + sends) / v + (program.micro_batches - 1 / v) * max(S / P, float(a.max())) \
+        + float(row_min(program.G).sum()) / P
+    return max(simple, _memory_dual_bound(program, Ms + infl.min() * Ma, cap * P) + sends / v)
+
+
+def _least_sends(program: StageProgram, ok: np.ndarray) -> float:
+    """Σ o ≥ the stages − 1 cheapest boundaries: each boundary sits on a distinct edge (u, u+1) and costs at least
+    that edge's least Rp over allowed pairs."""
+    if program.stages <= 1:
+        return 0.0
+    pair_ok = ok[:-1, :, None] & ok[1:, None, :]
+    least = np.where(pair_ok, np.asarray(program.Rp, dtype=float), math.inf).min(axis=(1, 2))
+    least = np.sort(least[np.isfinite(least)])
+    return float(least[:program.stages - 1].sum())
 
 
 def _memory_dual_bound(program: StageProgram, memory: np.ndarray, total_capacity: float) -> float:
     """Lagrangian bound with the memory of all stages together relaxed.
 
-    Every plan has TPI ≥ Σ_u W[u,k_u] with W = A·(1 + (c−1)/P) + G/P (Σ p ≥ Σ A, max p ≥ Σ p / P,
-    max g ≥ Σ g / P), and its strategies satisfy Σ_u M[u,k_u] ≤ P·capacity with M the memory at the least
+    Every plan has TPI ≥ Σ_u W[u,k_u] with W = A·(1/v + (c−1/v)/P) + G/P (Σ p ≥ Σ A, max p ≥ Σ p / P over the P
+    device groups, max g ≥ Σ g / P), and its strategies satisfy Σ_u M[u,k_u] ≤ P·capacity with M the memory at the least
     in-flight count. Weak duality: for every λ ≥ 0, TPI ≥ Σ_u min_k (W + λ·M)[u,k] − λ·P·capacity; the best λ
     of a log grid (the dual is concave in λ) is kept.
     """
     ok = np.asarray(program.allowed)
-    P, c = program.stages, program.micro_batches
-    W = np.where(ok, np.asarray(program.A, dtype=float) * (1 + (c - 1) / P) + np.asarray(program.G, dtype=float) / P,
-                 math.inf)
+    P, c, v = program.pipeline_degree, program.micro_batches, program.virtual_stages
+    W = np.where(ok, np.asarray(program.A, dtype=float) * (1 / v + (c - 1 / v) / P)
+                 + np.asarray(program.G, dtype=float) / P, math.inf)
     M = np.where(ok, memory, 0.0)
     if not math.isfinite(total_capacity) or not np.any(M > 0):
         return float(W.min(axis=1).sum())

@@ -50,14 +50,17 @@ class SearchResult:
 
 def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProgram | None], *,
            solver: str = "highs", time_limit: float | None = None, workers: int | None = None,
-           progress: Callable[[int, int, float], None] | None = None) -> SearchResult:
+           progress: Callable[[int, int, float], None] | None = None,
+           tier: Callable[[StageProgram], int] | None = None) -> SearchResult:
     """Solve every candidate's program (build(candidate); None means impossible) and return the best.
 
     `time_limit` bounds the whole search (seconds): each solve gets what is left, candidates not started by then
     are recorded as "timeout". `workers` > 1 solves in that many processes (default min(cpu count, 2)).
     `progress(done, total, best_objective)` is called after each candidate is settled. `build` runs in this
     process, once to bound a candidate and again to solve it (programs are megabytes each: they are rebuilt
-    rather than all held at once), so it should be deterministic.
+    rather than all held at once), so it should be deterministic. Candidates are solved in order of
+    (`tier(program)`, lower bound): a lower tier first, so candidates whose bound is weak but whose MILP is hard
+    (interleaved pipelines: v chunks per device group) start with the incumbent the easier ones found.
     """
     started = time.perf_counter()
     deadline = None if time_limit is None else started + float(time_limit)
@@ -75,7 +78,7 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
         if bound == math.inf:
             records[index] = CandidateRecord(candidate, math.inf, None, "infeasible", 0.0)
             continue
-        queue.append((bound, index))
+        queue.append((tier(program) if tier else 0, bound, index))
         uniform = uniform_guess(program)
         if uniform is not None and (guess is None or uniform.objective < guess[1].objective):
             guess = (index, uniform)
@@ -85,7 +88,7 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
         state.best_index, state.best = guess
     state.report_settled()
     if workers == 1 or len(queue) <= 1:
-        for bound, index in queue:
+        for _, bound, index in queue:
             if state.skip(index, bound, deadline):
                 continue
             solve_started = time.perf_counter()
@@ -115,25 +118,28 @@ def uniform_guess(program: StageProgram) -> Solution | None:
 
 
 def _parallel(queue, build, state: "_State", solver: str, deadline: float | None, workers: int) -> None:
-    """Keep `workers` solves in flight, each cut off at the incumbent of the moment it starts."""
+    """Keep `workers` solves in flight, each cut off at the incumbent of the moment it starts. A candidate of a
+    higher tier waits until every solve of a lower tier has settled, so it starts with their incumbent."""
     context = multiprocessing.get_context("spawn")  # no fork of a process that may hold solver threads
     pending = list(queue)
     with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=backends.limit_threads,
                              initargs=(1,)) as pool:
-        running: dict[Future, tuple[int, float, float]] = {}
+        running: dict[Future, tuple[int, float, float, int]] = {}
         while pending or running:
             while pending and len(running) < workers:
-                bound, index = pending.pop(0)
+                if running and pending[0][0] > max(entry[3] for entry in running.values()):
+                    break  # the next tier waits for the incumbent of this one
+                tier, bound, index = pending.pop(0)
                 if state.skip(index, bound, deadline):
                     continue
                 future = pool.submit(solve_outcome, build(state.candidates[index]), solver=solver,
                                      time_limit=_left(deadline), cutoff=state.cutoff())
-                running[future] = (index, bound, time.perf_counter())
+                running[future] = (index, bound, time.perf_counter(), tier)
             if not running:
                 continue
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
-                index, bound, submitted = running.pop(future)
+                index, bound, submitted, _ = running.pop(future)
                 state.settle(index, bound, future.result(), time.perf_counter() - submitted)
 
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from uniap.errors import UniapError
 
 PRECISIONS = ("fp32", "fp16", "bf16")
-SCHEDULES = ("gpipe", "1f1b")
+SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+INTERLEAVED = "interleaved-1f1b"
 
 
 @dataclass(frozen=True)
@@ -35,17 +36,38 @@ class Workload:
 
 def check_schedule(schedule: str) -> str:
     if schedule not in SCHEDULES:
-        raise UniapError(f"unknown schedule {schedule!r} (choose gpipe or 1f1b)")
+        raise UniapError(f"unknown schedule {schedule!r} (choose {', '.join(SCHEDULES)})")
     return schedule
 
 
-def inflight(schedule: str, stages: int, micro_batches: int) -> list[int]:
-    """Micro-batches whose activations stage i (0-based) holds at its peak.
+def check_interleaving(stages: int, micro_batches: int, virtual_stages: int) -> None:
+    """The interleaved schedule's conditions: at least two device groups, and whole rounds of P micro-batches
+    (Megatron-LM's requirement; it also meets torch's ScheduleInterleaved1F1B, which needs c divisible by its
+    number of rounds max(1, c // P)). With fewer micro-batches than groups the pipeline never fills and the
+    interleaved bubble formula does not hold."""
+    if virtual_stages < 2:
+        raise UniapError(f"the interleaved schedule needs at least 2 virtual stages, got {virtual_stages}")
+    if stages < 2:
+        raise UniapError("the interleaved schedule needs a pipeline of at least 2 stages")
+    if micro_batches % stages:
+        raise UniapError(f"the interleaved schedule needs the micro-batch count ({micro_batches}) to be a multiple "
+                         f"of the pipeline degree ({stages})")
+
+
+def inflight(schedule: str, stages: int, micro_batches: int, virtual_stages: int = 1) -> list[float]:
+    """Micro-batches whose activations stage i (0-based) holds at its peak; per chunk for interleaved 1F1B.
 
     GPipe runs every forward before any backward: all c are alive. 1F1B (PipeDream-flush) lets
-    stage i start backward after P − i forwards, so it holds min(c, P − i).
+    stage i start backward after P − i forwards, so it holds min(c, P − i). Interleaved 1F1B with v chunks per
+    device group: group d runs (v − 1)·P + 2·(P − 1 − d) warm-up chunk forwards before its first backward
+    (torch.distributed.pipelining `_get_warmup_ops`, as Megatron-LM), so it holds
+    W_d = min(c·v, (v − 1)·P + 2·(P − 1 − d) + 1) chunk activations, W_d / v per chunk on average.
     """
     check_schedule(schedule)
     if schedule == "gpipe":
         return [micro_batches] * stages
-    return [min(micro_batches, stages - i) for i in range(stages)]
+    if schedule == "1f1b":
+        return [min(micro_batches, stages - i) for i in range(stages)]
+    v = virtual_stages
+    held = [min(micro_batches * v, (v - 1) * stages + 2 * (stages - 1 - d) + 1) / v for d in range(stages)]
+    return [held[j % stages] for j in range(stages * v)]
