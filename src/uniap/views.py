@@ -23,8 +23,8 @@ def layer_runs(plan: Plan, stage: int) -> list[tuple[str, object, int]]:
     tp2·dp4, 10)."""
     layers = [layer for layer in plan.layers if layer.stage == stage]
     out = []
-    for strategy, run in groupby(layers, key=lambda layer: layer.strategy):
-        run = list(run)
+    for (_, strategy), run in groupby(layers, key=lambda layer: (layer.position, layer.strategy)):
+        run = list(run)  # a run ends at a chunk boundary too
         out.append((run[0].name if len(run) == 1 else f"{run[0].name}–{run[-1].name}", strategy, len(run)))
     return out
 
@@ -40,7 +40,8 @@ def describe(plan: Plan) -> str:
     stages = [", ".join(f"{names} {strategy.label()}" for names, strategy, _ in layer_runs(plan, stage.index))
               for stage in plan.stages]
     pipe = plan.pipeline
-    head = f"pp{pipe['degree']} c={pipe['micro_batches']} {pipe['schedule']}: " if pipe["degree"] > 1 else \
+    chunks = f"·v{plan.virtual_stages}" if plan.virtual_stages > 1 else ""
+    head = f"pp{pipe['degree']}{chunks} c={pipe['micro_batches']} {pipe['schedule']}: " if pipe["degree"] > 1 else \
         f"c={pipe['micro_batches']}: "
     return head + " | ".join(stages)
 
@@ -59,7 +60,8 @@ def plan_table(plan: Plan, title: str) -> Table:
         mem = pred["peak_memory_bytes"][stage.index]
         over = capacity is not None and mem > capacity
         ranks = f"{stage.ranks[0]}–{stage.ranks[-1]}" if len(stage.ranks) > 1 else str(stage.ranks[0])
-        table.add_row(str(stage.index), ranks, f"{stage.layers[0]}–{stage.layers[1]}", strategy_runs(plan, stage.index),
+        spans = ", ".join(f"{first}–{last}" for first, last in stage.ranges)
+        table.add_row(str(stage.index), ranks, spans, strategy_runs(plan, stage.index),
                       fmt_time(pred["stage_time_s"][stage.index]),
                       ("[red]" if over else "") + f"{mem / GB:.1f} GB")
     return table
@@ -70,7 +72,10 @@ def print_prediction(plan: Plan, title: str, console: Console | None = None) -> 
     pred = plan.predicted
     pipe = plan.pipeline
     console.print(plan_table(plan, title))
-    console.print(f"pipeline: {pipe['degree']} stage(s), {pipe['micro_batches']} micro-batch(es), {pipe['schedule']}")
+    chunks = f" × {plan.virtual_stages} chunks" if plan.virtual_stages > 1 else ""
+    bubble = pred.get("bubble_fraction")
+    console.print(f"pipeline: {pipe['degree']} stage(s){chunks}, {pipe['micro_batches']} micro-batch(es), "
+                  f"{pipe['schedule']}" + (f", idle share {bubble * 100:.1f}%" if bubble is not None else ""))
     if plan.engine is not None:
         console.print(f"engine: {plan.engine.label()}")
     console.print(f"iteration time: [bold]{fmt_time(pred['iteration_time_s'])}[/bold]   "

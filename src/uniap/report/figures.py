@@ -26,8 +26,9 @@ def _unit(seconds: float) -> tuple[float, str]:
 
 
 def draw_timeline(ax, boxes: list[Box], stages: int, schedule: str, micro_batches: int,
-                  predicted_tpi: float | None = None) -> None:
-    """Stages as rows (stage 0 on top), forward/backward boxes labelled by micro-batch, sends between rows."""
+                  predicted_tpi: float | None = None, virtual_stages: int = 1) -> None:
+    """Stages as rows (stage 0 on top), forward/backward boxes labelled by micro-batch, sends between rows. Under
+    the interleaved schedule a stage's chunks are shaded from dark (its first chunk) to light (its last)."""
     span = makespan(boxes) or 1.0
     scale, unit = _unit(span)
     label_boxes = stages * micro_batches <= 160
@@ -39,8 +40,11 @@ def draw_timeline(ax, boxes: list[Box], stages: int, schedule: str, micro_batche
             y, h = b.stage + 0.42 + (0.0 if b.kind == "send" else 0.08), 0.08
         if w <= 0:
             continue
+        local = b.chunk // stages if b.chunk >= 0 else 0
+        alpha = 1.0 - 0.6 * local / max(virtual_stages - 1, 1)
         ax.add_patch(Rectangle((x, y), w, h, facecolor=COLORS[b.kind], edgecolor="white" if b.kind != "bubble"
-                               else "#BBBBBB", linewidth=0.4, hatch="//" if b.kind == "bubble" else None))
+                               else "#BBBBBB", linewidth=0.4, hatch="//" if b.kind == "bubble" else None,
+                               alpha=alpha))
         if label_boxes and b.kind in ("forward", "backward") and w > span * scale / 120:
             ax.text(x + w / 2, b.stage, str(b.micro), ha="center", va="center", fontsize=6, color="white")
     ax.set_xlim(0, span * scale * 1.02)
@@ -50,9 +54,9 @@ def draw_timeline(ax, boxes: list[Box], stages: int, schedule: str, micro_batche
     ax.set_xlabel(f"time ({unit})")
     if predicted_tpi is not None:
         ax.axvline(predicted_tpi * scale, color="black", linestyle="--", linewidth=1)
-    ax.set_title(f"pipeline timeline: {schedule.upper() if schedule == 'gpipe' else '1F1B'}, {stages} stage(s), "
-                 f"{micro_batches} micro-batch(es) — forward ≈ p/3, backward ≈ 2p/3 of each stage's time p",
-                 fontsize=9)
+    name = {"gpipe": "GPipe", "1f1b": "1F1B"}.get(schedule, f"interleaved 1F1B, {virtual_stages} chunks per stage")
+    ax.set_title(f"pipeline timeline: {name}, {stages} stage(s), {micro_batches} micro-batch(es) — forward ≈ p/3, "
+                 f"backward ≈ 2p/3 of each stage's (chunk's) time p", fontsize=9)
     handles = [Patch(facecolor=COLORS[k], label=k, hatch="//" if k == "bubble" else None,
                      edgecolor="#BBBBBB" if k == "bubble" else None)
                for k in ("forward", "backward", "send", "send-grad", "sync", "bubble")]
@@ -61,8 +65,9 @@ def draw_timeline(ax, boxes: list[Box], stages: int, schedule: str, micro_batche
     ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7, frameon=False)
 
 
-def draw_strategy_map(ax, stage_of: np.ndarray, labels: list[str], names: list[str]) -> None:
-    """One cell per layer coloured by its strategy; stage boundaries as vertical lines."""
+def draw_strategy_map(ax, stage_of: np.ndarray, labels: list[str], names: list[str], stages: int | None = None) -> None:
+    """One cell per layer coloured by its strategy; stage boundaries as vertical lines. `stages` fewer than the
+    pieces of `stage_of`: the pieces are interleaved chunks, labelled with their stage (chunk j on j mod P)."""
     L = len(stage_of)
     distinct = list(dict.fromkeys(labels))
     cmap = matplotlib.colormaps["tab20" if len(distinct) > 10 else "tab10"]
@@ -75,7 +80,8 @@ def draw_strategy_map(ax, stage_of: np.ndarray, labels: list[str], names: list[s
         lo, hi = members[0], members[-1] + 1
         if i:
             ax.axvline(lo, color="black", linewidth=1.5)
-        ax.text((lo + hi) / 2, 1.08, f"stage {i}", ha="center", va="bottom", fontsize=7)
+        text = f"stage {i}" if stages is None or stages == P else f"chunk {i} · stage {i % stages}"
+        ax.text((lo + hi) / 2, 1.08, text, ha="center", va="bottom", fontsize=7)
     ax.set_xlim(0, L)
     ax.set_ylim(0, 1.35)
     ax.set_yticks([])

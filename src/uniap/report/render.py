@@ -30,6 +30,7 @@ class Figures:
     capacity: float | None  # device memory in bytes
     tpi: float | None
     note: str = ""  # why the plan could not be re-costed (figures then come from the plan's `predicted`)
+    chunk_p: list[float] | None = None  # per chunk, under the interleaved schedule (None: p per stage)
 
 
 def recost(plan: Plan, cluster: ClusterSpec | str | None = None) -> Figures:
@@ -50,7 +51,8 @@ def recost(plan: Plan, cluster: ClusterSpec | str | None = None) -> Figures:
         tpi = evaluate_unchecked(program, stage_of, strategy_of)
         return Figures(p=[float(x) for x in times.p], o=[float(x) for x in times.o], g=[float(x) for x in times.g],
                        memory=[float(m + clus.device.reserve_bytes) for m in times.memory],
-                       capacity=float(clus.device.memory_bytes), tpi=float(tpi))
+                       capacity=float(clus.device.memory_bytes), tpi=float(tpi),
+                       chunk_p=[float(x) for x in times.chunk_p])
     except UniapError as exc:
         pred = plan.predicted or {}
         P = len(plan.stages)
@@ -60,7 +62,9 @@ def recost(plan: Plan, cluster: ClusterSpec | str | None = None) -> Figures:
                 from None
         memory = [float(x) for x in pred.get("peak_memory_bytes", [0.0] * P)]
         cap = pred.get("memory_capacity_bytes")
-        return Figures(p=p, o=[0.0] * (P - 1), g=[0.0] * P, memory=memory if len(memory) == P else [0.0] * P,
+        v = plan.virtual_stages
+        return Figures(p=p, o=[0.0] * (P * v - 1), g=[0.0] * P,
+                       chunk_p=[p[j % P] / v for j in range(P * v)] if v > 1 else None, memory=memory if len(memory) == P else [0.0] * P,
                        capacity=float(cap) if cap else None, tpi=pred.get("iteration_time_s"),
                        note=f"not re-costed ({exc}); stage times from the plan file, sends and sync not shown")
 
@@ -95,20 +99,21 @@ def check_run(run: dict | None, plan: Plan) -> dict | None:
 
 
 def timeline_boxes(plan: Plan, fig: Figures) -> list[Box]:
-    return simulate(str(plan.pipeline["schedule"]), fig.p, fig.o, fig.g, int(plan.pipeline["micro_batches"]))
+    return simulate(str(plan.pipeline["schedule"]), fig.chunk_p or fig.p, fig.o, fig.g,
+                    int(plan.pipeline["micro_batches"]), plan.virtual_stages)
 
 
 def _panels(plan: Plan, fig: Figures, measured: dict | None):
     """(name, draw(ax)) of every panel."""
     P, c, schedule = len(plan.stages), int(plan.pipeline["micro_batches"]), str(plan.pipeline["schedule"])
     boxes = timeline_boxes(plan, fig)
-    stage_of = np.array([layer.stage for layer in plan.layers])
+    stage_of = np.array([layer.position for layer in plan.layers])  # chunk boundaries under interleaving
     labels = [layer.strategy.label() for layer in plan.layers]
     names = [layer.name for layer in plan.layers]
     m = measured or {}
     return [
-        ("timeline", lambda ax: figures.draw_timeline(ax, boxes, P, schedule, c, fig.tpi)),
-        ("strategies", lambda ax: figures.draw_strategy_map(ax, stage_of, labels, names)),
+        ("timeline", lambda ax: figures.draw_timeline(ax, boxes, P, schedule, c, fig.tpi, plan.virtual_stages)),
+        ("strategies", lambda ax: figures.draw_strategy_map(ax, stage_of, labels, names, P)),
         ("memory", lambda ax: figures.draw_memory(ax, fig.memory, fig.capacity, m.get("peak_memory_bytes"))),
         ("stage-times", lambda ax: figures.draw_stage_times(ax, fig.p, m.get("stage_time_s"))),
     ]

@@ -6,7 +6,9 @@ optimizer). The timeline splits p_i as forward ≈ p_i / 3 and backward ≈ 2 p_
 twice the forward's FLOPs; with recomputation the re-run forward is counted in the backward), and o_j evenly
 between the activation send and the gradient send. Each stage runs its operations in the schedule's order
 (GPipe: all forwards, then all backwards; 1F1B: P − i − 1 warm-up forwards, then one forward / one backward,
-then the remaining backwards), each as soon as its input has arrived; idle time is the bubble. The end is each
+then the remaining backwards; interleaved 1F1B: rounds of P micro-batches through the stage's v chunks, with
+torch's (v − 1)·P + 2·(P − 1 − i) warm-up forwards), each as soon as its input has arrived; idle time is the
+bubble. The end is each
 stage's gradient sync. This event simulation is a picture of the schedule; the predicted iteration time is the
 cost model's TPI (`solve.program.tpi`), which it approximates.
 """
@@ -27,6 +29,7 @@ class Box:
     micro: int  # micro-batch index (-1 for sync and bubble)
     start: float
     end: float
+    chunk: int = -1  # the chunk (global index) a forward/backward runs, under the interleaved schedule
 
     @property
     def duration(self) -> float:
@@ -48,52 +51,73 @@ def stage_order(schedule: str, stage: int, stages: int, micro_batches: int) -> l
     return ops
 
 
-def simulate(schedule: str, p, o, g, micro_batches: int) -> list[Box]:
-    """Boxes of one iteration: P·c forwards and backwards, (P−1)·c sends each way, P syncs, and the bubbles."""
-    P = len(p)
-    if P < 1 or micro_batches < 1:
+def interleaved_order(stage: int, stages: int, micro_batches: int, virtual_stages: int) -> list[tuple[str, int, int]]:
+    """The operations stage `stage` runs under interleaved 1F1B, in order: ("F"|"B", global chunk, micro-batch).
+    Forwards go round by round (P micro-batches) through its chunks 0..v−1, backwards through v−1..0; after
+    min(c·v, (v − 1)·P + 2·(P − 1 − stage)) warm-up forwards they alternate (torch `_get_warmup_ops`)."""
+    P, c, v = stages, micro_batches, virtual_stages
+    rounds = [range(r * P, min((r + 1) * P, c)) for r in range(-(-c // P))]
+    forwards = [("F", k * P + stage, m) for ms in rounds for k in range(v) for m in ms]
+    backwards = [("B", k * P + stage, m) for ms in rounds for k in reversed(range(v)) for m in ms]
+    warm = min(c * v, (v - 1) * P + 2 * (P - 1 - stage))
+    ops = forwards[:warm]
+    for f, b in zip(forwards[warm:], backwards):
+        ops += [f, b]
+    return ops + backwards[len(forwards) - warm:]
+
+
+def simulate(schedule: str, p, o, g, micro_batches: int, virtual_stages: int = 1) -> list[Box]:
+    """Boxes of one iteration: S·c forwards and backwards, (S−1)·c sends each way, P syncs, and the bubbles, for
+    S = len(p) chunks on P = S / virtual_stages stages (chunk j on stage j mod P; S = P without interleaving)."""
+    S, v = len(p), virtual_stages
+    P = S // v if v >= 1 else 0
+    if P < 1 or micro_batches < 1 or S % v:
         raise UniapError("a timeline needs at least one stage and one micro-batch")
-    if len(o) != P - 1 or len(g) != P:
-        raise UniapError(f"timeline: {P} stages need {P - 1} boundary times and {P} sync times")
+    if len(o) != S - 1 or len(g) != P:
+        raise UniapError(f"timeline: {S} stages (chunks) need {S - 1} boundary times and {P} sync times")
     fwd = [float(x) * FORWARD_SHARE for x in p]
     bwd = [float(x) * (1 - FORWARD_SHARE) for x in p]
     send = [float(x) / 2 for x in o]
-    orders = [stage_order(schedule, i, P, micro_batches) for i in range(P)]
+    if v > 1:
+        orders = [interleaved_order(i, P, micro_batches, v) for i in range(P)]
+    else:
+        orders = [[(kind, i, m) for kind, m in stage_order(schedule, i, P, micro_batches)] for i in range(P)]
     done: dict[tuple[str, int, int], float] = {}
     free = [0.0] * P
     nxt = [0] * P
     boxes: list[Box] = []
     remaining = sum(len(x) for x in orders)
+    chunk = (lambda j: j) if v > 1 else (lambda j: -1)
     while remaining:
         progressed = False
         for i in range(P):
             while nxt[i] < len(orders[i]):
-                kind, m = orders[i][nxt[i]]
+                kind, j, m = orders[i][nxt[i]]
                 if kind == "F":
-                    dep = 0.0 if i == 0 else done.get(("F", i - 1, m))
-                    ready = None if dep is None else dep + (send[i - 1] if i else 0.0)
-                    length = fwd[i]
+                    dep = 0.0 if j == 0 else done.get(("F", j - 1, m))
+                    ready = None if dep is None else dep + (send[j - 1] if j else 0.0)
+                    length = fwd[j]
                 else:
-                    dep = done.get(("F", i, m)) if i == P - 1 else done.get(("B", i + 1, m))
-                    ready = None if dep is None else dep + (send[i] if i < P - 1 else 0.0)
-                    length = bwd[i]
+                    dep = done.get(("F", j, m)) if j == S - 1 else done.get(("B", j + 1, m))
+                    ready = None if dep is None else dep + (send[j] if j < S - 1 else 0.0)
+                    length = bwd[j]
                 if ready is None:
                     break
                 start = max(free[i], ready)
                 if start > free[i]:
                     boxes.append(Box(i, "bubble", -1, free[i], start))
                 end = start + length
-                boxes.append(Box(i, "forward" if kind == "F" else "backward", m, start, end))
-                if kind == "F" and i < P - 1:
-                    boxes.append(Box(i, "send", m, end, end + send[i]))
-                if kind == "B" and i > 0:
-                    boxes.append(Box(i - 1, "send-grad", m, end, end + send[i - 1]))
-                done[(kind, i, m)] = end
+                boxes.append(Box(i, "forward" if kind == "F" else "backward", m, start, end, chunk(j)))
+                if kind == "F" and j < S - 1:
+                    boxes.append(Box(i, "send", m, end, end + send[j]))
+                if kind == "B" and j > 0:
+                    boxes.append(Box((j - 1) % P, "send-grad", m, end, end + send[j - 1]))
+                done[(kind, j, m)] = end
                 free[i] = end
                 nxt[i] += 1
                 remaining -= 1
                 progressed = True
-        if not progressed:  # cannot happen for GPipe/1F1B orders
+        if not progressed:  # cannot happen for GPipe, 1F1B and interleaved 1F1B orders
             raise UniapError("timeline: the schedule deadlocked")
     for i in range(P):
         boxes.append(Box(i, "sync", -1, free[i], free[i] + float(g[i])))

@@ -43,6 +43,10 @@ class RunShape:
 
 def check_plan(plan: Plan, world_size: int) -> RunShape:
     plan.validate()
+    if plan.virtual_stages > 1:
+        raise UniapError(f"`uniap run` does not run the {plan.pipeline['schedule']} schedule yet "
+                         f"({plan.virtual_stages} chunks per stage); re-plan with --schedule 1f1b to train, or use "
+                         "the plan with `estimate` and `report`")
     config = plan.model_config()
     seq_len = int(plan.model["seq_len"])
     plan.check_matches(config, seq_len, world_size)

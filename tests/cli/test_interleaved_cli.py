@@ -1,0 +1,50 @@
+"""Interleaved 1F1B as a user meets it: estimate, the plan contract, re-costing, the search, and run's refusal."""
+
+import json
+
+import pytest
+
+EST = ["estimate", "--model", "gpt2", "--cluster", "a100-80g:1x8", "--global-batch", "16", "--pp", "2", "--dp", "4",
+       "--micro-batch-size", "1"]
+
+
+def test_interleaved_estimate_contract_and_recost(cli, cli_json, tmp_path):
+    plain = cli_json(*EST)
+    inter = cli_json(*EST, "--schedule", "interleaved-1f1b", "--virtual-stages", "2")
+    assert inter["pipeline"] == {"degree": 2, "micro_batches": 4, "schedule": "interleaved-1f1b", "virtual_stages": 2}
+    # 12 blocks over 4 chunks: chunk j on stage j mod 2; embedding with chunk 0, head with chunk 3
+    assert [s["chunks"] for s in inter["stages"]] == [[[0, 3], [7, 9]], [[4, 6], [10, 13]]]
+    assert [l["chunk"] % 2 == l["stage"] for l in inter["layers"]] == [True] * 14
+    # a smaller bubble than 1F1B, and more activations in flight
+    assert inter["predicted"]["iteration_time_s"] < plain["predicted"]["iteration_time_s"]
+    assert inter["predicted"]["bubble_fraction"] < plain["predicted"]["bubble_fraction"]
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(inter))
+    again = cli_json("estimate", "--plan", str(path))
+    assert again["predicted"]["iteration_time_s"] == pytest.approx(inter["predicted"]["iteration_time_s"], rel=1e-12)
+    proc = cli("run", "--plan", str(path), "--nproc", "8", check=False)
+    assert proc.returncode == 2 and "does not run the interleaved-1f1b schedule yet" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_interleaved_bad_input_is_one_line(cli):
+    for extra, words in ((["--schedule", "interleaved-1f1b"], "needs 2 or more"),
+                         (["--schedule", "interleaved-1f1b", "--virtual-stages", "2", "--pp", "1"], "at least 2"),
+                         (["--virtual-stages", "3"], "needs 2 or more")):
+        args = list(EST)
+        if "--pp" in extra:
+            args[args.index("--pp") + 1], args[args.index("--dp") + 1] = "1", "8"
+            extra = extra[:4]
+        proc = cli(*args, *extra, check=False)
+        assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_plan_searches_interleaving_when_asked(cli_json):
+    plain = cli_json("plan", "--model", "gpt3-1.3b", "--cluster", "a100-40g:2x8", "--global-batch", "64",
+                     "--seq-len", "2048", "--max-tp", "1")
+    both = cli_json("plan", "--model", "gpt3-1.3b", "--cluster", "a100-40g:2x8", "--global-batch", "64",
+                    "--seq-len", "2048", "--max-tp", "1", "--schedule", "interleaved-1f1b", "--max-virtual-stages", "3")
+    assert plain["pipeline"]["virtual_stages"] == 1 and both["search"]["optimal"]
+    assert both["search"]["candidates"] > plain["search"]["candidates"]
+    # the larger space can only do as well or better
+    assert both["predicted"]["iteration_time_s"] <= plain["predicted"]["iteration_time_s"] * (1 + 1e-9)
