@@ -173,7 +173,7 @@ def print_table(title: str, results) -> float:
 GRID = {
     ("a100-80g", "gemm_efficiency"): [0.60 + 0.025 * i for i in range(9)],
     ("h100-80g", "gemm_efficiency"): [0.45 + 0.025 * i for i in range(9)],
-    ("*", "overlap_slowdown"): [0.0, 0.1, 0.2],
+    ("*", "overlap_slowdown"): [0.0, 0.1, 0.2, 0.3],  # at most 0.3: a plausibility cap (estimate)
 }
 
 
@@ -199,7 +199,7 @@ def fit(rows: list[Row]) -> dict:
     print("fitted on", sum(r.skip_reason() is None for r in calibration), "calibration rows (rms log error "
           f"{math.sqrt(best) * 100:.1f}%):")
     for (hw, name), value in zip(keys, best_point):
-        print(f"  {hw} {name} = {value:.2f}")
+        print(f"  {hw} {name} = {value:.3f}")
     return overrides_of(keys, best_point)
 
 

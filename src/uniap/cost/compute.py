@@ -16,7 +16,9 @@
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import NamedTuple
 
 from uniap.spec.cluster import DeviceType
 from uniap.spec.engine import Engine
@@ -55,6 +57,21 @@ ELEMENTWISE: dict[str, tuple[tuple[float, int], tuple[float, int]]] = {
     # (10 B); eager logits.float(), log_softmax, nll (14 B).
     "cross_entropy": ((10.0, 3), (14.0, 3)),
 }
+
+
+class _Figures(NamedTuple):
+    """The DeviceType figures the pricing reads (hashable, so layer times can be memoised by value)."""
+
+    gemm_efficiency: float
+    sm_count: int
+    gemm_half_k: float
+    attention_efficiency: tuple[float, float]
+    fused_attention_efficiency: tuple[float, float]
+    memory_bandwidth: float
+    memory_efficiency: float
+    kernel_gap_s: float
+    layer_overhead_s: float
+    elementwise: bool
 
 
 def gemm_efficiency(device: DeviceType, m: float, n: float, k: float) -> float:
@@ -131,14 +148,30 @@ def attention_times(device: DeviceType, engine: Engine, peak: float, op: Attenti
 def layer_time(device: DeviceType, engine: Engine, peak: float, layer: LayerSpec, samples: float, tp: int,
                sp: bool, recompute: bool, act_scale: float = 1.0) -> float:
     """Forward + backward of one layer call for `samples` samples per device, plus one more forward when
-    recomputed. `act_scale` 2 for fp32 activations (element-wise bytes double)."""
+    recomputed. `act_scale` 2 for fp32 activations (element-wise bytes double).
+
+    Memoised on the values it depends on: the planner prices the same (layer, shard) under many pipeline
+    configurations."""
+    figures = (device.gemm_efficiency, device.sm_count, device.gemm_half_k, device.attention_efficiency,
+               device.fused_attention_efficiency, device.memory_bandwidth, device.memory_efficiency,
+               device.kernel_gap_s, device.layer_overhead_s, device.elementwise)
+    return _layer_time(figures, engine, peak, layer.ops, layer.flops, samples, tp, sp, recompute, act_scale)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _layer_time(figures: tuple, engine: Engine, peak: float, ops: tuple, flops: float, samples: float, tp: int,
+                sp: bool, recompute: bool, act_scale: float) -> float:
+    (gemm_efficiency, sm_count, gemm_half_k, attention_efficiency, fused_attention_efficiency, memory_bandwidth,
+     memory_efficiency, kernel_gap_s, layer_overhead_s, elementwise) = figures
+    device = _Figures(gemm_efficiency, sm_count, gemm_half_k, attention_efficiency, fused_attention_efficiency,
+                      memory_bandwidth, memory_efficiency, kernel_gap_s, layer_overhead_s, elementwise)
     fwd = bwd = 0.0
-    for op in layer.ops:
+    for op in ops:
         f, b = op_times(device, engine, peak, op, samples, tp, sp, act_scale)
         fwd += f
         bwd += b
-    if not layer.ops and layer.flops > 0:  # a layer described by its FLOPs alone: one large GEMM's rate
-        fwd = layer.flops * samples / tp / (peak * device.gemm_efficiency)
+    if not ops and flops > 0:  # a layer described by its FLOPs alone: one large GEMM's rate
+        fwd = flops * samples / tp / (peak * device.gemm_efficiency)
         bwd = 2.0 * fwd
     passes = fwd + bwd + (fwd if recompute else 0.0)
     return passes + device.layer_overhead_s * (4.0 / 3.0 if recompute else 1.0)

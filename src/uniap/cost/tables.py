@@ -54,9 +54,12 @@ def stage_links(cluster: ClusterSpec, stages: int, strategies: list[Strategy]) -
 def _slowest(cluster: ClusterSpec, first: np.ndarray, last: np.ndarray, size: int) -> Link:
     """The ring link of groups of `size` ranks from `first` to `last` (ranks fill nodes in order).
 
-    Within a node: the intra-node link. Across nodes: the inter-node bandwidth, and a per-step latency that
-    averages the ring's hops — a ring over n ranks on N nodes makes n − 1 steps, of which N − 1 cross the
-    network and the rest stay on NVLink (NCCL's own ring latency model, src/graph/tuning.cc).
+    Within a node: the intra-node link. Across nodes: a per-step latency that averages the ring's hops — a ring
+    over n ranks on N nodes makes n − 1 steps, of which N − 1 cross the network and the rest stay on NVLink
+    (NCCL's own ring latency model, src/graph/tuning.cc) — and a bandwidth of one network link per rank of the
+    group on a node, at most the intra-node one: NCCL runs one ring channel per NIC rail, so a group with g ranks
+    per node crosses the network g links wide (nccl-tests all-reduce on 2–8 nodes of 8 H100 with 8 × 400 Gb/s:
+    385–470 GB/s busbw where one NIC gives 50 GB/s; benchmarks/data/nccl_tests.yaml).
     """
     nodes = int(np.max(cluster.node_of(last) - cluster.node_of(first))) + 1 if len(first) else 1
     if nodes <= 1:
@@ -65,7 +68,8 @@ def _slowest(cluster: ClusterSpec, first: np.ndarray, last: np.ndarray, size: in
     steps = max(size - 1, 1)
     net_steps = min(nodes - 1, steps)
     latency = (net_steps * inter.latency_s + (steps - net_steps) * intra.latency_s) / steps
-    return Link(latency_s=latency, bandwidth=inter.bandwidth)
+    per_node = max(1, size // nodes)
+    return Link(latency_s=latency, bandwidth=min(intra.bandwidth, inter.bandwidth * per_node))
 
 
 def disallowed(layer: LayerSpec, s: Strategy, micro_batch: int) -> str | None:

@@ -37,6 +37,9 @@ def front(cost: np.ndarray, weight: np.ndarray, most: int, cap: float) -> list[t
     that does not fit: (cost, weight) arrays, weight ascending, cost strictly descending, weight ≤ cap.
     Exact up to MAX_FRONT points per front."""
     fronts = [(np.zeros(1), np.zeros(1))]
+    # Only kinds no other kind beats in both cost and weight can sit on a front: a dominated one in a multiset is
+    # replaced by its dominator at no loss (exact, and often 5–10× fewer kinds).
+    cost, weight = _pareto(np.asarray(cost, dtype=float), np.asarray(weight, dtype=float), cap)
     for _ in range(most):
         c_prev, w_prev = fronts[-1]
         c = (c_prev[:, None] + cost[None, :]).ravel()

@@ -118,7 +118,8 @@ class ClusterSpec:
 # memory-bound  memory_efficiency 0.85 of datasheet bandwidth for streaming kernels: estimate (STREAM-like copy
 #          kernels reach 80-90 % of HBM peak). kernel_gap_s 3 µs per kernel: estimate (launch latency).
 # overlap  overlap_slowdown: compute slowdown while NCCL kernels run beside it (they hold 8-32 SMs and HBM
-#          bandwidth) — fitted.
+#          bandwidth) — fitted, on a grid capped at 0.3 (the cap is our plausibility estimate).
+#          Across nodes a group's ring is one NIC rail per rank on a node wide (cost.tables._slowest; nccl-tests).
 # cpu      this development machine class (x86 core, AVX2 FMA: ~50 GFLOP/s fp32 peak per core, gloo over loopback
 #          ~50 µs, ~1 GB/s); small layers are overhead-bound, hence the per-layer overhead (estimate). `uniap
 #          profile` replaces all of these with measured figures.
@@ -130,8 +131,8 @@ _STANDARD = Engine(kernels="eager", attention="standard")
 
 # Fitted constants (benchmarks/published_runs.py --fit, calibration half only); see the table above.
 A100_GEMM_EFFICIENCY = 0.70  # also used for V100 and TITAN Xp: no training data of theirs to fit on (a guess)
-H100_GEMM_EFFICIENCY = 0.55
-OVERLAP_SLOWDOWN = 0.0
+H100_GEMM_EFFICIENCY = 0.575
+OVERLAP_SLOWDOWN = 0.30
 
 _GPU = dict(gemm_half_k=64.0, memory_efficiency=0.85, kernel_gap_s=3e-6, overlap_slowdown=OVERLAP_SLOWDOWN)
 
