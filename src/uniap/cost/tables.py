@@ -213,8 +213,8 @@ def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, st
                 costs[r, k] = layer_cost(layer, s, micro, cluster, workload, links)
     A, G, Ms, Ma = (costs[index, :, j] for j in range(4))
     ok = good[index]
-    R = np.zeros((max(L - 1, 0), K, K))
-    Rp = np.zeros((max(L - 1, 0), K, K))
+    R = np.empty((max(L - 1, 0), K, K))  # every edge's entries are set below
+    Rp = np.empty((max(L - 1, 0), K, K))
     pair_cache: dict[float, tuple[np.ndarray, np.ndarray]] = {}
     for u in range(L - 1):
         nbytes = model.layers[u].out_elems * micro * workload.act_bytes

@@ -294,9 +294,18 @@ def _least_sends(program: StageProgram, ok: np.ndarray) -> float:
     that edge's least Rp over allowed pairs."""
     if program.stages <= 1:
         return 0.0
-    pair_ok = ok[:-1, :, None] & ok[1:, None, :]
-    least = np.where(pair_ok, np.asarray(program.Rp, dtype=float), math.inf).min(axis=(1, 2))
-    least = np.sort(least[np.isfinite(least)])
+    group = np.asarray(program.group)
+    kinds = {}  # edges between the same two groups are identical (the `group` contract): price one of each
+    for u, key in enumerate(zip(group[:-1], group[1:])):
+        kinds.setdefault(key, []).append(u)
+    least = []
+    Rp = np.asarray(program.Rp)
+    for edges in kinds.values():
+        u = edges[0]
+        pair_ok = ok[u][:, None] & ok[u + 1][None, :]
+        value = float(np.where(pair_ok, Rp[u], math.inf).min()) if pair_ok.any() else math.inf
+        least += [value] * len(edges)
+    least = np.sort(np.array([x for x in least if math.isfinite(x)]))
     return float(least[:program.stages - 1].sum())
 
 
