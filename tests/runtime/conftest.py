@@ -14,7 +14,8 @@ from runtime_cases import GQA, LLAMA, LR, equality_plans
 @pytest.fixture(scope="session")
 def equality_results(tmp_path_factory):
     """One 4-rank launch: every equality plan (check=True), plus the checkpoint-writing run and an
-    uninterrupted run of the same plan for the resume test."""
+    uninterrupted run of the same plan for the resume test, and checkpoints crossing between a plain and an
+    interleaved plan in both directions."""
     from uniap.runtime.launch import run_many
     from uniap.runtime.plans import uniform_plan
 
@@ -31,6 +32,15 @@ def equality_results(tmp_path_factory):
     names += ["save", "uninterrupted"]
     jobs += [{"plan": str(save_plan), "steps": 3, "lr": LR, "checkpoint_dir": str(ckdir), "checkpoint_every": 3},
              {"plan": str(save_plan), "steps": 5, "lr": LR}]
+    interleaved_plan = root / "llama-pp2-v2-tp2.json"  # written by the equality loop above
+    v2_dir = root / "ckpt-v2"
+    names += ["save-v2", "resume-plain-from-v2", "resume-v2-from-plain"]
+    jobs += [{"plan": str(interleaved_plan), "steps": 3, "lr": LR, "checkpoint_dir": str(v2_dir),
+              "checkpoint_every": 3},
+             {"plan": str(save_plan), "steps": 5, "lr": LR, "check": True, "resume": True,
+              "checkpoint_dir": str(v2_dir)},
+             {"plan": str(interleaved_plan), "steps": 5, "lr": LR, "check": True, "resume": True,
+              "checkpoint_dir": str(ckdir)}]
     results = run_many(jobs, nproc=4, timeout_s=90)
     out = dict(zip(names, results))
     out["_checkpoint_dir"] = ckdir

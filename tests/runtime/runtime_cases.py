@@ -20,6 +20,7 @@ except (ImportError, KeyError):  # pragma: no cover - before the zoo landed
                         vocab=512, max_seq=64, gated_mlp=True, norm="rmsnorm", bias=False, learned_positions=False,
                         tied_embeddings=False)
 GQA = dataclasses.replace(LLAMA, name="tiny-llama-gqa", kv_heads=2)
+GPT6 = dataclasses.replace(GPT, name="tiny-gpt-6", layers=6)  # 8 layers: room for pp4 × 2 chunks
 
 TOL = 1e-5
 LR = 0.05  # SGD: large enough that a wrong gradient visibly moves the parameters
@@ -54,4 +55,14 @@ def equality_plans():
             "block.3": S(2, 2, 2, recompute=True), "head": S(1, 4)}), {}),
         # stages on interleaved ranks (0,2) and (1,3); tp2 at the end of stage 0, dp2 at the start of stage 1
         "gpt-pp2-interleaved-ranks": (interleaved, {}),
+        # interleaved 1F1B: chunk j on stage j mod P
+        "gpt-pp2-v2": (uniform_plan(GPT, 4, pp=2, dp=2, micro_batches=2, schedule="interleaved-1f1b",
+                                    virtual_stages=2), {}),
+        "gpt6-pp4-v2": (uniform_plan(GPT6, 4, pp=4, micro_batches=4, schedule="interleaved-1f1b",
+                                     virtual_stages=2), {}),
+        "llama-pp2-v2-tp2": (uniform_plan(LLAMA, 4, pp=2, tp=2, micro_batches=2, schedule="interleaved-1f1b",
+                                          virtual_stages=2), {}),
+        "gpt-pp2-v2-dp2-zero3-uneven": (uniform_plan(GPT, 4, pp=2, dp=2, zero=3, micro_batches=4,
+                                                     schedule="interleaved-1f1b", virtual_stages=2,
+                                                     stage_layers=[1, 3, 1, 1]), {}),
     }

@@ -45,6 +45,16 @@ def test_resume_under_other_plan_and_world_equals_uninterrupted(equality_results
     assert resumed["check"]["max_rel_param_diff"] <= TOL
 
 
+@pytest.mark.parametrize("name", ["resume-plain-from-v2", "resume-v2-from-plain"])
+def test_checkpoints_cross_between_plain_and_interleaved_plans(equality_results, name):
+    whole = equality_results["uninterrupted"]
+    resumed = equality_results[name]
+    assert equality_results["save-v2"]["losses"] == pytest.approx(whole["losses"][:3], rel=TOL)
+    assert resumed["first_step"] == 3 and resumed["steps"] == 2
+    assert resumed["losses"] == pytest.approx(whole["losses"][3:], rel=TOL)
+    assert resumed["check"]["max_rel_loss_diff"] <= TOL and resumed["check"]["max_rel_param_diff"] <= TOL
+
+
 def test_grouped_query_attention_tp(two_rank_results):
     check = two_rank_results["gqa"]["check"]
     assert check["max_rel_loss_diff"] <= TOL and check["max_rel_param_diff"] <= TOL

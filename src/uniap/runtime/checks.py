@@ -28,10 +28,15 @@ class RunShape:
     micro_batches: int
     micro_batch: int  # samples per micro-batch
     seq_len: int
-    schedule: str  # the schedule actually run ("gpipe" or "1f1b")
+    schedule: str  # the schedule actually run ("gpipe", "1f1b" or "interleaved-1f1b")
+    virtual_stages: int = 1  # chunks per stage (interleaved 1F1B)
 
     def strategy(self, layer: int) -> Strategy:
         return self.plan.layers[layer].strategy
+
+    def chunk_range(self, chunk: int) -> tuple[int, int]:
+        """(first, last) layer of global chunk `chunk` (chunk j on stage j mod pp; the stages when v = 1)."""
+        return self.plan.stages[chunk % self.pp].ranges[chunk // self.pp]
 
     def stage_of_rank(self, rank: int) -> tuple[int, int]:
         """(stage index, position of `rank` inside the stage's rank list)."""
@@ -43,10 +48,6 @@ class RunShape:
 
 def check_plan(plan: Plan, world_size: int) -> RunShape:
     plan.validate()
-    if plan.virtual_stages > 1:
-        raise UniapError(f"`uniap run` does not run the {plan.pipeline['schedule']} schedule yet "
-                         f"({plan.virtual_stages} chunks per stage); re-plan with --schedule 1f1b to train, or use "
-                         "the plan with `estimate` and `report`")
     config = plan.model_config()
     seq_len = int(plan.model["seq_len"])
     plan.check_matches(config, seq_len, world_size)
@@ -86,5 +87,9 @@ def check_plan(plan: Plan, world_size: int) -> RunShape:
     schedule = str(plan.pipeline["schedule"])
     if schedule == "1f1b" and c < pp:
         schedule = "gpipe"  # 1F1B with fewer micro-batches than stages is GPipe's order anyway
+    if plan.virtual_stages > 1 and c % pp:
+        raise UniapError(f"the interleaved schedule needs the micro-batch count ({c}) to be a multiple of the "
+                         f"pipeline degree ({pp})")
     return RunShape(plan=plan, config=config, world=world_size, pp=pp, stage_size=stage_size, global_batch=gb,
-                    micro_batches=c, micro_batch=mb, seq_len=seq_len, schedule=schedule)
+                    micro_batches=c, micro_batch=mb, seq_len=seq_len, schedule=schedule,
+                    virtual_stages=plan.virtual_stages)

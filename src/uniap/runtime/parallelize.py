@@ -1,9 +1,10 @@
-"""Build this rank's pipeline stage: its slice of the model with each layer's strategy applied.
+"""Build this rank's pipeline stage: its slice(s) of the model with each layer's strategy applied.
 
 Per layer, in this order: tensor parallelism over mesh["tp"] (tp > 1), recomputation flag, data
-parallelism over mesh["dp"] (dp > 1) with its ZeRO level. Between consecutive layers of the stage,
-activations are re-laid out (`relayout.py`); the stage's input arrives in the layout of the
-previous stage's last layer (stage 0 gets the whole micro-batch of tokens on every rank).
+parallelism over mesh["dp"] (dp > 1) with its ZeRO level. Between consecutive layers of a slice,
+activations are re-laid out (`relayout.py`); a slice's input arrives in the layout of the previous
+chunk's last layer (chunk 0 gets the whole micro-batch of tokens on every rank). Under the interleaved
+schedule a rank runs v slices ("chunks"), chunk j of the chain on stage j mod P.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from uniap.models.decoder import DecoderSlice
 from uniap.runtime.checks import RunShape
@@ -21,12 +23,34 @@ from uniap.runtime.tensor_parallel import apply_tensor_parallel
 
 
 @dataclass
-class BuiltStage:
+class BuiltChunk:
     module: DecoderSlice
+    index: int  # global chunk index (= the stage when there is one chunk per stage)
     first: int
     last: int
-    in_layout: Layout  # layout of the stage input
-    out_layout: Layout  # layout of the stage output (its last layer's)
+    in_layout: Layout  # layout of the chunk input
+    out_layout: Layout  # layout of the chunk output (its last layer's)
+
+
+@dataclass
+class BuiltStage:
+    module: nn.Module  # every layer this rank holds, named as in the full model (optimizer, checkpoint, check)
+    chunks: list[BuiltChunk]  # in order; one unless interleaved
+
+    @property
+    def out_layout(self) -> Layout:
+        """The layout of this rank's last chunk's output (the head's on the last stage)."""
+        return self.chunks[-1].out_layout
+
+
+class RankLayers(nn.Module):
+    """The layers of several chunks under the full model's names (`embed`, `blocks.i`, `head`)."""
+
+    def __init__(self, slices: list[DecoderSlice]):
+        super().__init__()
+        self.embed = next((s.embed for s in slices if s.embed is not None), None)
+        self.blocks = nn.ModuleDict({k: m for s in slices for k, m in s.blocks.items()})
+        self.head = next((s.head for s in slices if s.head is not None), None)
 
 
 def layer_layout(shape: RunShape, index: int) -> Layout:
@@ -34,14 +58,21 @@ def layer_layout(shape: RunShape, index: int) -> Layout:
     return Layout(st.dp, st.tp)
 
 
-def stage_input_layout(shape: RunShape, stage: int) -> Layout:
-    if stage == 0:
+def chunk_input_layout(shape: RunShape, chunk: int) -> Layout:
+    if chunk == 0:
         return Layout(1, shape.stage_size)  # every rank holds the whole micro-batch of tokens
-    return layer_layout(shape, shape.plan.stages[stage - 1].layers[1])
+    return layer_layout(shape, shape.chunk_range(chunk - 1)[1])
 
 
 def build_stage(shape: RunShape, topo: Topology, seed: int, device: torch.device) -> BuiltStage:
-    first, last = shape.plan.stages[topo.stage].layers
+    chunks = [_build_chunk(shape, topo, seed, device, k * shape.pp + topo.stage)
+              for k in range(shape.virtual_stages)]
+    module = chunks[0].module if len(chunks) == 1 else RankLayers([c.module for c in chunks])
+    return BuiltStage(module=module, chunks=chunks)
+
+
+def _build_chunk(shape: RunShape, topo: Topology, seed: int, device: torch.device, chunk: int) -> BuiltChunk:
+    first, last = shape.chunk_range(chunk)
     module = DecoderSlice(shape.config, first, last, seed).to(device)
     for index, layer in module.chain():
         st = shape.strategy(index)
@@ -51,7 +82,7 @@ def build_stage(shape: RunShape, topo: Topology, seed: int, device: torch.device
         layer.recompute = bool(st.recompute)
         if st.dp > 1:
             apply_data_parallel(layer, mesh["dp"], st.zero)
-    in_layout = stage_input_layout(shape, topo.stage)
+    in_layout = chunk_input_layout(shape, chunk)
     layouts = {index: layer_layout(shape, index) for index in range(first, last + 1)}
     prev = {first: in_layout}
     prev.update({index: layouts[index - 1] for index in range(first + 1, last + 1)})
@@ -61,4 +92,5 @@ def build_stage(shape: RunShape, topo: Topology, seed: int, device: torch.device
         return relayout(x, prev[index], layouts[index], position, group, d)
 
     module.between = between
-    return BuiltStage(module=module, first=first, last=last, in_layout=in_layout, out_layout=layouts[last])
+    return BuiltChunk(module=module, index=chunk, first=first, last=last, in_layout=in_layout,
+                      out_layout=layouts[last])

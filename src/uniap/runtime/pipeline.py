@@ -1,8 +1,9 @@
 """Running one training step's micro-batches through this rank's stage.
 
-pp > 1: `torch.distributed.pipelining` — a `PipelineStage` per rank over its position's P2P group
-(stage s, position p sends to stage s+1, position p) with static shapes, driven by `ScheduleGPipe`
-or `Schedule1F1B` with the plan's micro-batch count. pp == 1: a plain gradient-accumulation loop
+pp > 1: `torch.distributed.pipelining` — a `PipelineStage` per chunk of the rank (one, or v under the
+interleaved schedule) over its position's P2P group (chunk j, position p sends to chunk j+1 on the next
+stage, position p) with static shapes, driven by `ScheduleGPipe`, `Schedule1F1B` or
+`ScheduleInterleaved1F1B` with the plan's micro-batch count. pp == 1: a plain gradient-accumulation loop
 over the micro-batches (the same arithmetic without P2P machinery).
 
 The loss each rank back-propagates is its share of the global mean: the cross-entropy summed over
@@ -14,7 +15,7 @@ micro-batches and the head's dp groups this is the global mean loss, so no later
 from __future__ import annotations
 
 import torch
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
 from uniap.models.decoder import lm_loss
 from uniap.runtime.checks import RunShape
@@ -44,14 +45,14 @@ class _TimedStage(PipelineStage):
         self._timer, self._meter = timer, meter
 
     def forward_one_chunk(self, fwd_chunk_id, args, kwargs=None, save_forward_output=True):
-        with self._timer.measure(), self._meter.forward(fwd_chunk_id):
+        with self._timer.measure(), self._meter.forward((self.stage_index, fwd_chunk_id)):
             return super().forward_one_chunk(fwd_chunk_id, args, kwargs, save_forward_output)
 
     def backward_one_chunk(self, bwd_chunk_id, loss=None, full_backward=True, last_backward=False):
         with self._timer.measure():
             out = super().backward_one_chunk(bwd_chunk_id, loss=loss, full_backward=full_backward,
                                              last_backward=last_backward)
-        self._meter.backward_done(bwd_chunk_id)
+        self._meter.backward_done((self.stage_index, bwd_chunk_id))
         self._meter.backward_done(("loss", bwd_chunk_id))
         return out
 
@@ -72,25 +73,39 @@ class StepRunner:
             self._build_pipeline()
 
     def _build_pipeline(self) -> None:
-        shape, topo, built = self.shape, self.topo, self.built
-        mb, t, h = shape.micro_batch, shape.seq_len, shape.config.hidden
-        if self.is_first:
-            inputs = torch.zeros((mb, t), dtype=torch.long, device=self.device)
-        else:
-            inputs = torch.zeros((mb // built.in_layout.dp, t, h), device=self.device, requires_grad=True)
-        rows_out = mb // built.out_layout.dp
-        width = shape.config.vocab if self.is_last else h
-        # Static shapes (no metadata-inference pass); requires_grad marks activations whose gradient
-        # travels back between stages.
-        outputs = torch.zeros((rows_out, t, width), device=self.device, requires_grad=True)
-        stage = _TimedStage(built.module, topo.stage, shape.pp, self.device, input_args=inputs,
-                            output_args=outputs, group=topo.pp_group, timer=self.timer, meter=self.meter)
-        # Group ranks follow global rank order; stage s sits wherever its rank falls in that order.
+        shape, topo = self.shape, self.topo
+        chunks = shape.pp * shape.virtual_stages
+        # Group ranks follow global rank order; chunk j sits wherever its stage's rank falls in that order.
         members = [s.ranks[topo.position] for s in shape.plan.stages]
         order = sorted(members)
-        stage.stage_index_to_group_rank = {s: order.index(r) for s, r in enumerate(members)}
+        to_group_rank = {j: order.index(members[j % shape.pp]) for j in range(chunks)}
+        stages = []
+        for chunk in self.built.chunks:
+            stage = _TimedStage(chunk.module, chunk.index, chunks, self.device, input_args=self._static_input(chunk),
+                                output_args=self._static_output(chunk, chunks), group=topo.pp_group,
+                                timer=self.timer, meter=self.meter)
+            stage.stage_index_to_group_rank = to_group_rank
+            stages.append(stage)
+        if shape.virtual_stages > 1:
+            self.schedule = ScheduleInterleaved1F1B(stages, n_microbatches=shape.micro_batches,
+                                                    loss_fn=self._pipeline_loss, scale_grads=False)
+            return
         cls = ScheduleGPipe if shape.schedule == "gpipe" else Schedule1F1B
-        self.schedule = cls(stage, n_microbatches=shape.micro_batches, loss_fn=self._pipeline_loss, scale_grads=False)
+        self.schedule = cls(stages[0], n_microbatches=shape.micro_batches, loss_fn=self._pipeline_loss,
+                            scale_grads=False)
+
+    # Static shapes (no metadata-inference pass); requires_grad marks activations whose gradient travels back
+    # between stages.
+    def _static_input(self, chunk) -> torch.Tensor:
+        mb, t, h = self.shape.micro_batch, self.shape.seq_len, self.shape.config.hidden
+        if chunk.index == 0:
+            return torch.zeros((mb, t), dtype=torch.long, device=self.device)
+        return torch.zeros((mb // chunk.in_layout.dp, t, h), device=self.device, requires_grad=True)
+
+    def _static_output(self, chunk, chunks: int) -> torch.Tensor:
+        mb, t = self.shape.micro_batch, self.shape.seq_len
+        width = self.shape.config.vocab if chunk.index == chunks - 1 else self.shape.config.hidden
+        return torch.zeros((mb // chunk.out_layout.dp, t, width), device=self.device, requires_grad=True)
 
     def _pipeline_loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         # The last stage computes micro-batch k's loss right after its forward, in order 0..c-1.
@@ -116,9 +131,9 @@ class StepRunner:
         module = self.built.module
         for k, (x, y) in enumerate(zip(tokens.chunk(self.shape.micro_batches), targets.chunk(self.shape.micro_batches))):
             with self.timer.measure():
-                with self.meter.forward(k):
+                with self.meter.forward((0, k)):
                     loss = self.loss_fn(module(x), y)
                 loss.backward()
-            self.meter.backward_done(k)
+            self.meter.backward_done((0, k))
             total += float(loss.detach().item())
         return total

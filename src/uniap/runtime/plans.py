@@ -37,11 +37,13 @@ def uniform_plan(config: ModelConfig, world: int, *, pp: int = 1, dp: int | None
                  zero: int = 0, recompute: bool = False, sp: bool = False, micro_batches: int = 1,
                  schedule: str = "1f1b", global_batch: int = 8, seq_len: int = 32,
                  stage_layers: list[int] | None = None,
-                 per_layer: dict[int | str, Strategy | dict] | None = None, precision: str = "fp32") -> Plan:
+                 per_layer: dict[int | str, Strategy | dict] | None = None, precision: str = "fp32",
+                 virtual_stages: int = 1) -> Plan:
     """A valid Plan for `world` ranks.
 
     dp × tp must equal world / pp (give one and the other follows; neither: pure data parallel).
-    `stage_layers`: layers per stage (sums to layers + 2). `per_layer`: {chain index or layer name:
+    `stage_layers`: layers per stage (sums to layers + 2) — per chunk under the interleaved schedule
+    (`virtual_stages` v > 1: pp·v counts, chunk j on stage j mod pp). `per_layer`: {chain index or layer name:
     Strategy or a dict of fields to change from the default strategy}, for mixed plans.
     """
     check_supported(config)
@@ -63,31 +65,39 @@ def uniform_plan(config: ModelConfig, world: int, *, pp: int = 1, dp: int | None
     default = Strategy(dp=dp, tp=tp, zero=zero if dp > 1 else 0, recompute=recompute, sp=sp and tp > 1)
     names = layer_names(config)
     n = len(names)
+    pieces = pp * virtual_stages
     if stage_layers is None:
-        if pp > n:
-            raise UniapError(f"pipeline degree {pp} exceeds the {n} layers")
-        stage_layers = _even_split(n, pp)
-    if len(stage_layers) != pp or sum(stage_layers) != n or min(stage_layers) < 1:
-        raise UniapError(f"stage_layers {stage_layers} must be {pp} positive counts summing to {n}")
+        if pieces > n:
+            raise UniapError(f"{pieces} pipeline stages (chunks) exceed the {n} layers")
+        stage_layers = _even_split(n, pieces)
+    if len(stage_layers) != pieces or sum(stage_layers) != n or min(stage_layers) < 1:
+        raise UniapError(f"stage_layers {stage_layers} must be {pieces} positive counts summing to {n}")
     strategies = [default] * n
     for key, value in (per_layer or {}).items():
         idx = names.index(key) if isinstance(key, str) and key in names else key
         if not isinstance(idx, int) or not 0 <= idx < n:
             raise UniapError(f"per_layer key {key!r} is not a layer of the chain")
         strategies[idx] = value if isinstance(value, Strategy) else replace(default, **value)
-    stages, layers, first = [], [], 0
-    for s, count in enumerate(stage_layers):
+    ranges, layers, first = [], [], 0
+    for j, count in enumerate(stage_layers):
         last = first + count - 1
-        stages.append(StagePlan(index=s, ranks=tuple(range(s * d, (s + 1) * d)), layers=(first, last)))
+        ranges.append((first, last))
         for u in range(first, last + 1):
-            layers.append(LayerPlan(index=u, name=names[u], stage=s, strategy=strategies[u]))
+            layers.append(LayerPlan(index=u, name=names[u], stage=j % pp, strategy=strategies[u],
+                                    chunk=j if virtual_stages > 1 else None))
         first = last + 1
+    stages = []
+    for s in range(pp):
+        mine = tuple(ranges[s::pp])
+        stages.append(StagePlan(index=s, ranks=tuple(range(s * d, (s + 1) * d)), layers=(mine[0][0], mine[-1][1]),
+                                chunks=mine if virtual_stages > 1 else ()))
     plan = Plan(
         model={"name": config.name, "layers": n, "parameters": decoder_parameters(config), "seq_len": seq_len,
                "config": asdict(config)},
         cluster={"name": "local", "devices": world, "nodes": 1, "devices_per_node": world},
         workload={"global_batch": global_batch, "seq_len": seq_len, "precision": precision},
-        pipeline={"degree": pp, "micro_batches": micro_batches, "schedule": schedule},
+        pipeline={"degree": pp, "micro_batches": micro_batches, "schedule": schedule,
+                  "virtual_stages": virtual_stages},
         stages=stages,
         layers=layers,
     )

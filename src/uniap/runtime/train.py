@@ -248,7 +248,8 @@ def train_job(job: dict, ctx: Context) -> dict | None:
         "check": check,
         "world_size": world,
         "device": device.type,
-        "pipeline": {"degree": shape.pp, "micro_batches": shape.micro_batches, "schedule": shape.schedule},
+        "pipeline": {"degree": shape.pp, "micro_batches": shape.micro_batches, "schedule": shape.schedule,
+                     "virtual_stages": shape.virtual_stages},
         "precision": "fp32",
         "optimizer": opt_kind,
         "memory_method": ("torch.cuda.max_memory_allocated" if device.type == "cuda" else
