@@ -114,7 +114,7 @@ def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, s
     sol = result.solution
     predicted = predict(model, cluster, workload, program, sol.stage_of, sol.strategy_of)
     search_facts = {"solver": solver, "time_s": time.perf_counter() - started, "optimal": bool(result.optimal),
-                    "gap": float(result.gap), "candidates": len(cands)}
+                    "gap": float(result.gap), "candidates": len(cands), "unbounded": result.unbounded}
     return make_plan(model, cluster, workload, schedule_of(result.best, schedules), micro_batches, strategies,
                      sol.stage_of, sol.strategy_of, predicted, search_facts, virtual_stages=virtual)
 

@@ -92,6 +92,9 @@ def print_prediction(plan: Plan, title: str, console: Console | None = None) -> 
     if search:
         if search["optimal"]:
             state = "proven optimal"
+        elif search.get("unbounded"):
+            state = (f"not proven optimal: the time limit left {search['unbounded']} candidates unexplored "
+                     "(raise --time-limit)")
         else:
             state = "not proven optimal" if search.get("gap") is None else f"gap {search['gap'] * 100:.2f}%"
         console.print(f"search: {search['solver']}, {search['candidates']} candidates, {search['time_s']:.2f} s, {state}")

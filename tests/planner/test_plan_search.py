@@ -96,3 +96,15 @@ def test_min_peak_memory_is_the_true_minimum():
                                    for u in members))
         best = min(best, worst)
     assert min_peak_memory(program) == pytest.approx(best)
+
+
+def test_time_limit_bounds_the_whole_search_and_says_what_it_skipped():
+    # with no time at all the search keeps the first uniform plan it can build and stops building tables
+    model = load_model("gpt3-1.3b", 2048)
+    plan = plan_search(model, load_cluster("a100-40g:4x8"), Workload(256, 2048, "bf16"), time_limit=0.0, workers=1)
+    search = plan.search
+    assert not search["optimal"] and search["unbounded"] > 0 and search["gap"] == 1.0
+    assert plan.predicted["fits"]
+    full = plan_search(model, load_cluster("a100-40g:4x8"), Workload(256, 2048, "bf16"), workers=1)
+    assert full.search["optimal"] and full.search["unbounded"] == 0
+    assert full.predicted["iteration_time_s"] <= plan.predicted["iteration_time_s"] * (1 + 1e-9)

@@ -2,6 +2,7 @@
 
 import base64
 import io
+from xml.etree import ElementTree
 import json
 import re
 
@@ -81,8 +82,9 @@ def test_timeline_panel_draws_P_rows_and_every_box(plan):
 
 
 def _images(text):
-    found = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', text)
-    return [imread(io.BytesIO(base64.b64decode(x)), format="png") for x in found]
+    """The report's embedded figures, parsed as SVG documents."""
+    found = re.findall(r'src="data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)"', text)
+    return [ElementTree.fromstring(base64.b64decode(x)) for x in found]
 
 
 def test_render_report_html_and_png(plan, tmp_path):
@@ -91,9 +93,10 @@ def test_render_report_html_and_png(plan, tmp_path):
     text = out.read_text()
     assert text.startswith("<!DOCTYPE html>") and "<script" not in text and "http" not in text
     images = _images(text)
-    assert len(images) == 4 and all(im.ndim == 3 and im.shape[0] > 50 for im in images)
+    assert len(images) == 4 and all(im.tag.endswith("svg") and len(list(im.iter())) > 50 for im in images)
     assert "gpt2" in text and "Pipeline timeline" in text and "measured" not in text
-    assert imread(png).shape[0] > 300
+    assert "Strategy labels" in text and "plan digest" in text and "idle share" in text
+    assert imread(png).shape[0] > 600  # 200 dpi
 
 
 def test_render_report_with_a_run(plan, tmp_path):
@@ -103,6 +106,9 @@ def test_render_report_with_a_run(plan, tmp_path):
     text = out.read_text()
     assert "measured time/µbatch" in text and "measured peak memory" in text and "4.20 GB" in text
     assert "measured / predicted" in text
+    # a run's stage time adds up the step's micro-batches: shown per micro-batch next to the prediction
+    c = plan.pipeline["micro_batches"]
+    assert f"{0.12 / c * 1e3:.2f} ms" in text
     assert len(_images(text)) == 4
     for bad, msg in (({"stage_time_s": [1.0]}, "expected 2"), ({"iteration_time_s": -1}, "positive"),
                      ({"peak_memory_bytes": "x"}, "list of numbers"), ([1, 2], "JSON object")):
@@ -136,3 +142,18 @@ def test_report_command(plan, tmp_path):
     (tmp_path / "bad.json").write_text("{")
     res = runner.invoke(app, ["report", str(plan_path), "--run", str(tmp_path / "bad.json")])
     assert isinstance(res.exception, UniapError) and "not valid JSON" in str(res.exception)
+
+
+def test_plan_digest_tells_two_plans_of_one_model_apart(plan):
+    from dataclasses import replace
+
+    from uniap.report.render import plan_digest
+
+    other = replace(plan, pipeline={**plan.pipeline, "micro_batches": plan.pipeline["micro_batches"] * 2})
+    assert other.fingerprint == plan.fingerprint and plan_digest(other) != plan_digest(plan)
+
+
+def test_small_memory_is_shown_in_megabytes(plan, tmp_path):
+    run = {"iteration_time_s": 0.5, "stage_time_s": [0.1, 0.12], "peak_memory_bytes": [3e8, 4.2e8]}
+    text = render_report(plan, tmp_path / "r.html", run=run).read_text()
+    assert "420.0 MB" in text and "0.00 GB" not in text

@@ -70,9 +70,9 @@ def comparison_plans(config: ModelConfig, world: int, global_batch: int, seq_len
     out = {}
 
     def add(name, **args):
-        pp = args.get("pp", 1)
+        pieces = args.get("pp", 1) * args.get("virtual_stages", 1)  # stages, or chunks when interleaved
         try:
-            split = megatron_split(config, seq_len, pp)
+            split = megatron_split(config, seq_len, pieces)
             out[name] = uniform_plan(config, world, stage_layers=split, **{**kw, **args})
         except UniapError:
             pass  # not expressible on this world size / model (e.g. tp not dividing heads)
@@ -89,6 +89,7 @@ def comparison_plans(config: ModelConfig, world: int, global_batch: int, seq_len
     if world >= 2:
         add(f"pp2·dp{half} c=4", pp=2, dp=half, micro_batches=4)
         add(f"pp2·tp{half} c=4", pp=2, tp=half, micro_batches=4)
+        add(f"pp2·v2·dp{half} c=4", pp=2, dp=half, micro_batches=4, schedule="interleaved-1f1b", virtual_stages=2)
         add("pp2 mixed c=4", pp=2, dp=half, micro_batches=4,
             per_layer={f"block.{i}": S(1, half) for i in range(L // 2, L)} | {"head": S(1, half)})
         # Megatron's split puts embed + blocks 0..L/2-1 on stage 0, the rest + head on stage 1
@@ -115,7 +116,8 @@ def hf_config(config: ModelConfig) -> dict | None:
 
 
 def megatron_split(config: ModelConfig, seq_len: int, pp: int) -> list[int]:
-    """Layers per stage as Megatron splits them (blocks evenly, embedding on the first stage, head on the last)."""
+    """Layers per stage (or chunk) as Megatron splits them (blocks evenly, embedding on the first, head on the
+    last)."""
     from uniap.estimate import uniform_split
     from uniap.spec.families import build_layers
 

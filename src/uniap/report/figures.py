@@ -26,10 +26,11 @@ def _unit(seconds: float) -> tuple[float, str]:
 
 
 def draw_timeline(ax, boxes: list[Box], stages: int, schedule: str, micro_batches: int,
-                  predicted_tpi: float | None = None, virtual_stages: int = 1) -> None:
+                  predicted_tpi: float | None = None, virtual_stages: int = 1,
+                  measured_tpi: float | None = None) -> None:
     """Stages as rows (stage 0 on top), forward/backward boxes labelled by micro-batch, sends between rows. Under
     the interleaved schedule a stage's chunks are shaded from dark (its first chunk) to light (its last)."""
-    span = makespan(boxes) or 1.0
+    span = max(makespan(boxes), measured_tpi or 0.0) or 1.0
     scale, unit = _unit(span)
     label_boxes = stages * micro_batches <= 160
     for b in boxes:
@@ -54,6 +55,8 @@ def draw_timeline(ax, boxes: list[Box], stages: int, schedule: str, micro_batche
     ax.set_xlabel(f"time ({unit})")
     if predicted_tpi is not None:
         ax.axvline(predicted_tpi * scale, color="black", linestyle="--", linewidth=1)
+    if measured_tpi is not None:
+        ax.axvline(measured_tpi * scale, color=MEASURED, linestyle="-", linewidth=1.5)
     name = {"gpipe": "GPipe", "1f1b": "1F1B"}.get(schedule, f"interleaved 1F1B, {virtual_stages} chunks per stage")
     ax.set_title(f"pipeline timeline: {name}, {stages} stage(s), {micro_batches} micro-batch(es) — forward ≈ p/3, "
                  f"backward ≈ 2p/3 of each stage's (chunk's) time p", fontsize=9)
@@ -61,7 +64,9 @@ def draw_timeline(ax, boxes: list[Box], stages: int, schedule: str, micro_batche
                      edgecolor="#BBBBBB" if k == "bubble" else None)
                for k in ("forward", "backward", "send", "send-grad", "sync", "bubble")]
     if predicted_tpi is not None:
-        handles.append(Line2D([], [], color="black", linestyle="--", label="predicted TPI"))
+        handles.append(Line2D([], [], color="black", linestyle="--", label="predicted iteration time"))
+    if measured_tpi is not None:
+        handles.append(Line2D([], [], color=MEASURED, linestyle="-", label="measured iteration time"))
     ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7, frameon=False)
 
 
@@ -109,12 +114,15 @@ def _bars(ax, predicted: list[float], measured: list[float] | None, scale: float
 
 
 def draw_memory(ax, predicted: list[float], capacity: float | None, measured: list[float] | None = None) -> None:
-    """Peak memory per stage (GB) against the device capacity."""
-    _bars(ax, predicted, measured, 1 / GB)
+    """Peak memory per stage (model states + activations, no framework reserve) against the usable capacity;
+    in MB when everything is under 1 GB, so small runs stay visible."""
+    top = max(list(predicted) + list(measured or []) + [capacity or 0.0])
+    unit, name = (GB, "GB") if top >= GB or (capacity or 0) >= GB else (1e6, "MB")
+    _bars(ax, predicted, measured, 1 / unit)
     if capacity:
-        ax.axhline(capacity / GB, color=CAPACITY, linestyle="--", linewidth=1.2, label="capacity")
-        ax.set_ylim(0, max(ax.get_ylim()[1], capacity / GB * 1.3))
-    ax.set_ylabel("GB per device")
+        ax.axhline(capacity / unit, color=CAPACITY, linestyle="--", linewidth=1.2, label="usable capacity")
+        ax.set_ylim(0, max(ax.get_ylim()[1], capacity / unit * 1.3))
+    ax.set_ylabel(f"{name} per device")
     ax.set_title("peak memory per stage", fontsize=9)
     ax.legend(fontsize=7)
 
@@ -136,5 +144,12 @@ def new_figure(width: float, height: float) -> Figure:
 
 def png_bytes(fig: Figure) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=200, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def svg_bytes(fig: Figure) -> bytes:
+    """Vector figures for the HTML report: sharp at any width."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
     return buf.getvalue()

@@ -4,7 +4,9 @@ optionally with a run's measured figures beside the predicted ones."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import html
+import json
 import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -26,11 +28,12 @@ class Figures:
     p: list[float]
     o: list[float]
     g: list[float]
-    memory: list[float]  # peak bytes per device, reserve included (as `predicted.peak_memory_bytes`)
+    memory: list[float]  # peak bytes per device the plan's layers use (model states + activations; no reserve)
     capacity: float | None  # device memory in bytes
     tpi: float | None
     note: str = ""  # why the plan could not be re-costed (figures then come from the plan's `predicted`)
     chunk_p: list[float] | None = None  # per chunk, under the interleaved schedule (None: p per stage)
+    reserve: float = 0.0  # bytes per device kept for the framework, not counted in `memory` nor `capacity`
 
 
 def recost(plan: Plan, cluster: ClusterSpec | str | None = None) -> Figures:
@@ -50,8 +53,8 @@ def recost(plan: Plan, cluster: ClusterSpec | str | None = None) -> Figures:
         times = stage_times(program, stage_of, strategy_of)
         tpi = evaluate_unchecked(program, stage_of, strategy_of)
         return Figures(p=[float(x) for x in times.p], o=[float(x) for x in times.o], g=[float(x) for x in times.g],
-                       memory=[float(m + clus.device.reserve_bytes) for m in times.memory],
-                       capacity=float(clus.device.memory_bytes), tpi=float(tpi),
+                       memory=[float(m) for m in times.memory], capacity=float(clus.memory_capacity),
+                       tpi=float(tpi), reserve=float(clus.device.reserve_bytes),
                        chunk_p=[float(x) for x in times.chunk_p])
     except UniapError as exc:
         pred = plan.predicted or {}
@@ -60,7 +63,7 @@ def recost(plan: Plan, cluster: ClusterSpec | str | None = None) -> Figures:
         if len(p) != P:
             raise UniapError(f"cannot re-cost the plan ({exc}) and its predicted section has no stage times") \
                 from None
-        memory = [float(x) for x in pred.get("peak_memory_bytes", [0.0] * P)]
+        memory = [float(x) for x in pred.get("peak_memory_bytes", [0.0] * P)]  # reserve included here
         cap = pred.get("memory_capacity_bytes")
         v = plan.virtual_stages
         return Figures(p=p, o=[0.0] * (P * v - 1), g=[0.0] * P,
@@ -93,8 +96,10 @@ def check_run(run: dict | None, plan: Plan) -> dict | None:
     t = run.get("iteration_time_s")
     if t is not None and (not isinstance(t, (int, float)) or isinstance(t, bool) or not t > 0):
         raise UniapError(f"run: iteration_time_s must be a positive number, got {t!r}")
+    per_step = _per_stage(run.get("stage_time_s"), plan, "stage_time_s")
+    c = int(plan.pipeline["micro_batches"])  # a run's stage time adds up every micro-batch of a step
     return {"iteration_time_s": None if t is None else float(t),
-            "stage_time_s": _per_stage(run.get("stage_time_s"), plan, "stage_time_s"),
+            "stage_time_s": None if per_step is None else [x / c for x in per_step],
             "peak_memory_bytes": _per_stage(run.get("peak_memory_bytes"), plan, "peak_memory_bytes")}
 
 
@@ -112,7 +117,8 @@ def _panels(plan: Plan, fig: Figures, measured: dict | None):
     names = [layer.name for layer in plan.layers]
     m = measured or {}
     return [
-        ("timeline", lambda ax: figures.draw_timeline(ax, boxes, P, schedule, c, fig.tpi, plan.virtual_stages)),
+        ("timeline", lambda ax: figures.draw_timeline(ax, boxes, P, schedule, c, fig.tpi, plan.virtual_stages,
+                                                      m.get("iteration_time_s"))),
         ("strategies", lambda ax: figures.draw_strategy_map(ax, stage_of, labels, names, P)),
         ("memory", lambda ax: figures.draw_memory(ax, fig.memory, fig.capacity, m.get("peak_memory_bytes"))),
         ("stage-times", lambda ax: figures.draw_stage_times(ax, fig.p, m.get("stage_time_s"))),
@@ -124,14 +130,14 @@ def _sizes(P: int, L: int) -> dict[str, tuple[float, float]]:
             "stage-times": (5.4, 3.0)}
 
 
-def panel_pngs(plan: Plan, fig: Figures, measured: dict | None = None) -> dict[str, bytes]:
-    """Each panel as its own PNG."""
+def panel_images(plan: Plan, fig: Figures, measured: dict | None = None) -> dict[str, bytes]:
+    """Each panel as its own SVG."""
     sizes = _sizes(len(plan.stages), len(plan.layers))
     out = {}
     for name, draw in _panels(plan, fig, measured):
         f = figures.new_figure(*sizes[name])
         draw(f.add_subplot(1, 1, 1))
-        out[name] = figures.png_bytes(f)
+        out[name] = figures.svg_bytes(f)
     return out
 
 
@@ -140,6 +146,7 @@ def one_page_png(plan: Plan, fig: Figures, measured: dict | None = None) -> byte
     P = len(plan.stages)
     top = 1.6 + 0.45 * P
     f = figures.new_figure(11.0, top + 2.8 + 3.2)
+    f.suptitle(_title(plan), fontsize=11, fontweight="bold")
     grid = f.add_gridspec(3, 2, height_ratios=[top, 2.4, 3.0], hspace=0.7, wspace=0.25)
     panels = dict(_panels(plan, fig, measured))
     panels["timeline"](f.add_subplot(grid[0, :]))
@@ -156,7 +163,9 @@ def _fmt_time(seconds) -> str:
 
 
 def _gb(nbytes) -> str:
-    return "—" if nbytes is None else f"{nbytes / 1e9:.2f} GB"
+    if nbytes is None:
+        return "—"
+    return f"{nbytes / 1e9:.2f} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:.1f} MB"
 
 
 CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1100px;
@@ -166,19 +175,35 @@ vertical-align:top}th{background:#f5f5f5}td.n{text-align:right}img{max-width:100
 margin:.5em 0}.note{color:#666;font-size:.85em}.bad{color:#b00}pre{margin:0;font-family:inherit;white-space:pre-wrap}"""
 
 
-def _html(plan: Plan, fig: Figures, measured: dict | None, pngs: dict[str, bytes]) -> str:
+def _title(plan: Plan) -> str:
+    return f"uniap plan: {plan.model.get('name', '?')} on {plan.cluster.get('name', '?')}"
+
+
+def plan_digest(plan: Plan) -> str:
+    """Short hash of what the plan decides (pipeline, stages, every layer's strategy): differs between two plans
+    of one model, where the fingerprint (model and world size) does not."""
+    body = plan.to_json()
+    decided = {k: body[k] for k in ("pipeline", "stages", "layers", "workload")}
+    return hashlib.sha256(json.dumps(decided, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _html(plan: Plan, fig: Figures, measured: dict | None, images: dict[str, bytes]) -> str:
     e = html.escape
     pred = plan.predicted or {}
     pipe = plan.pipeline
     wl = plan.workload
-    title = f"uniap plan: {plan.model.get('name', '?')} on {plan.cluster.get('name', '?')}"
+    title = _title(plan)
+    chunks = f" × {plan.virtual_stages} chunks" if plan.virtual_stages > 1 else ""
+    idle = pred.get("bubble_fraction")
+    idle_text = f"; predicted idle share {idle * 100:.1f}% (bubbles and sync)" if idle is not None else ""
     rows = [
         ("model", f"{plan.model.get('name')} — {len(plan.layers)} layers, "
                   f"{int(plan.model.get('parameters', 0)) / 1e9:.3f} B parameters, sequence {plan.model.get('seq_len')}"),
         ("cluster", f"{plan.cluster.get('name')} — {plan.cluster.get('nodes')} node(s) × "
                     f"{plan.cluster.get('devices_per_node')} device(s)"),
         ("workload", f"global batch {wl.get('global_batch')}, {wl.get('precision')}"),
-        ("pipeline", f"{pipe['degree']} stage(s), {pipe['micro_batches']} micro-batch(es), {pipe['schedule']}"),
+        ("pipeline", f"{pipe['degree']} stage(s){chunks}, {pipe['micro_batches']} micro-batch(es), "
+                     f"{pipe['schedule']}{idle_text}"),
         ("predicted iteration time", _fmt_time(fig.tpi)),
     ]
     if pred.get("samples_per_s") is not None:
@@ -187,7 +212,8 @@ def _html(plan: Plan, fig: Figures, measured: dict | None, pngs: dict[str, bytes
     if pred.get("mfu") is not None:
         rows.append(("predicted MFU", f"{pred['mfu'] * 100:.1f}%"))
     fits = fig.capacity is None or max(fig.memory) <= fig.capacity
-    rows.append(("memory", f"peak {_gb(max(fig.memory))} of {_gb(fig.capacity)} per device — "
+    reserve = f" (device memory less a {_gb(fig.reserve)} framework reserve)" if fig.reserve else ""
+    rows.append(("memory", f"peak {_gb(max(fig.memory))} of {_gb(fig.capacity)} usable per device{reserve} — "
                            + ("fits" if fits else "does NOT fit")))
     search = plan.search
     if search:
@@ -211,7 +237,7 @@ def _html(plan: Plan, fig: Figures, measured: dict | None, pngs: dict[str, bytes
     m = measured or {}
     head = ["stage", "ranks", "layers", "strategies", "predicted time/µbatch"]
     if m.get("stage_time_s") is not None:
-        head.append("measured time/µbatch")
+        head.append("measured time/µbatch (step ÷ micro-batches)")
     head.append("predicted peak memory")
     if m.get("peak_memory_bytes") is not None:
         head.append("measured peak memory")
@@ -219,7 +245,7 @@ def _html(plan: Plan, fig: Figures, measured: dict | None, pngs: dict[str, bytes
     for stage in plan.stages:
         i = stage.index
         ranks = f"{stage.ranks[0]}–{stage.ranks[-1]}" if len(stage.ranks) > 1 else str(stage.ranks[0])
-        cells = [str(i), ranks, f"{stage.layers[0]}–{stage.layers[1]}",
+        cells = [str(i), ranks, ", ".join(f"{a}–{b}" for a, b in stage.ranges),
                  f"<pre>{e(strategy_runs(plan, i))}</pre>", _fmt_time(fig.p[i])]
         if m.get("stage_time_s") is not None:
             cells.append(_fmt_time(m["stage_time_s"][i]))
@@ -232,10 +258,11 @@ def _html(plan: Plan, fig: Figures, measured: dict | None, pngs: dict[str, bytes
                    + "</table>")
 
     def img(name: str, alt: str) -> str:
-        data = base64.b64encode(pngs[name]).decode("ascii")
-        return f'<img alt="{e(alt)}" src="data:image/png;base64,{data}">'
+        data = base64.b64encode(images[name]).decode("ascii")
+        return f'<img alt="{e(alt)}" src="data:image/svg+xml;base64,{data}">'
 
     note = f'<p class="note">{e(fig.note)}</p>' if fig.note else ""
+    run_line = ", the solid orange one the run's" if m.get("iteration_time_s") is not None else ""
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title><style>{CSS}</style></head>
@@ -248,14 +275,21 @@ def _html(plan: Plan, fig: Figures, measured: dict | None, pngs: dict[str, bytes
 <p class="note">Built from the cost model's per-stage time p of one micro-batch (forward ≈ p/3, backward ≈ 2p/3,
 recomputation inside the backward), the boundary send times (half for the activation, half for its gradient) and
 each stage's once-per-iteration gradient sync and optimizer step, by simulating the {e(str(pipe['schedule']))}
-order. Grey hatched: bubbles. The dashed line is the cost model's predicted iteration time.</p>
+order. Grey hatched: bubbles. The dashed line is the cost model's predicted iteration time{e(run_line)}. The
+simulation runs each stage's own operation order, while the
+predicted time is the cost model's formula, which charges the slowest stage for every micro-batch after the first
+and every stage once: on unbalanced stages a sync bar can end a little before or after the dashed line.</p>
 <h2>Strategy of each layer</h2>
 {img("strategies", "per-layer strategy map")}
+<p class="note">Strategy labels: dp<i>n</i> data parallel over <i>n</i> devices, tp<i>n</i> tensor parallel over
+<i>n</i> (tp<i>n</i>sp with sequence parallelism), z1–z3 the ZeRO stage over the dp group (z3 = fully sharded,
+FSDP), rc the layer's activations recomputed in backward; "single" one device. Joined by ·, e.g. dp8·tp2sp·z2.</p>
 <h2>Stages</h2>
 {stage_table}
 {img("memory", "peak memory per stage")}
 {img("stage-times", "stage time per micro-batch")}
-<p class="note">Generated by uniap on {stamp}. Plan fingerprint {e(plan.fingerprint)}.</p>
+<p class="note">Generated by uniap on {stamp}. Model fingerprint {e(plan.fingerprint)} (model and world size);
+plan digest {e(plan_digest(plan))} (pipeline, stages and strategies).</p>
 </body></html>
 """
 
@@ -272,10 +306,10 @@ def render_report(plan: Plan, out_html: Path, run: dict | None = None, png: Path
         raise UniapError("render_report needs a Plan")
     measured = check_run(run, plan)
     fig = recost(plan, cluster)
-    pngs = panel_pngs(plan, fig, measured)
+    images = panel_images(plan, fig, measured)
     out_html = Path(out_html)
     try:
-        out_html.write_text(_html(plan, fig, measured, pngs), encoding="utf-8")
+        out_html.write_text(_html(plan, fig, measured, images), encoding="utf-8")
         if png is not None:
             Path(png).write_bytes(one_page_png(plan, fig, measured))
     except OSError as exc:

@@ -46,6 +46,7 @@ class SearchResult:
     optimal: bool  # every candidate settled (proven optimal, beaten, infeasible or skipped by a bound)
     gap: float  # relative gap between the best TPI and the least lower bound over all candidates
     records: list[CandidateRecord]
+    unbounded: int = 0  # candidates the time limit left unbuilt (nothing known of them)
 
 
 SERIAL_BUDGET_S = 1.0
@@ -72,7 +73,11 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
     records: dict[int, CandidateRecord] = {}
     queue: list[tuple[float, int]] = []
     guess: tuple[int, Solution] | None = None
+    unbounded: list[int] = []  # not even built before the deadline (a plan was in hand already)
     for index, candidate in enumerate(candidates):
+        if deadline is not None and guess is not None and time.perf_counter() >= deadline:
+            unbounded.append(index)
+            continue
         program = build(candidate)
         if program is None:
             records[index] = CandidateRecord(candidate, math.inf, None, "impossible", 0.0)
@@ -88,6 +93,10 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
             guess = (index, uniform)
     queue.sort()
     state = _State(candidates, records, progress)
+    state.unbounded = len(unbounded)
+    for index in unbounded:  # nothing is known of them: their floor is 0, so the gap says so
+        records[index] = CandidateRecord(candidates[index], 0.0, None, "timeout", 0.0)
+        state.floors[index] = 0.0
     if guess is not None:  # an incumbent before any MILP: solves then only look for something better
         state.best_index, state.best = guess
     state.report_settled()
@@ -164,6 +173,7 @@ class _State:
         self.floors: dict[int, float] = {}  # proven lower bound on each candidate's TPI, where not inf
         self.solved = 0
         self.skipped = 0
+        self.unbounded = 0
 
     def cutoff(self) -> float | None:
         return None if self.best is None else self.best.objective
@@ -214,5 +224,6 @@ class _State:
         return SearchResult(
             best=self.candidates[self.best_index] if self.best_index is not None else None, solution=self.best,
             total=len(records), solved=self.solved, skipped=self.skipped, time_s=seconds,
-            optimal=all(r.status in PROVEN for r in records), gap=gap, records=records)
+            optimal=all(r.status in PROVEN for r in records), gap=gap, records=records,
+            unbounded=self.unbounded)
 
