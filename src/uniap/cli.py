@@ -74,20 +74,21 @@ def clusters(fmt: Fmt = FMT) -> None:
     """List cluster presets; use them as PRESET:NODESxDEVICES, e.g. a100-80g:4x8."""
     from uniap.spec.cluster import DEVICE_TYPES
 
-    rows = [{"preset": key, "device": d.name, "memory_gb": d.memory_bytes / 1e9,
+    rows = [{"preset": key, "device": d.name, "memory_mib": d.memory_bytes / 2**20, "memory_gb": d.memory_bytes / 1e9,
              "peak_tflops": {p: f / 1e12 for p, f in d.peak_flops.items() if f > 0},
-             "intra_gbps": d.intra.bandwidth / 1e9, "inter_gbps": d.inter.bandwidth / 1e9}
+             "intra_gbps": d.intra.bandwidth / 1e9, "inter_gbps": d.inter.bandwidth / 1e9,
+             "engine": d.engine.to_json()}
             for key, d in sorted(DEVICE_TYPES.items())]
     if fmt is Fmt.json:
         emit_json({"clusters": rows})
         return
     table = Table(title="cluster presets (per device)")
-    for col in ("preset", "device", "memory", "peak TFLOP/s", "intra-node GB/s", "inter-node GB/s"):
+    for col in ("preset", "device", "memory", "peak TFLOP/s", "intra-node GB/s", "inter-node GB/s", "default engine"):
         table.add_column(col)
     for r in rows:
         peaks = ", ".join(f"{p} {v:g}" for p, v in r["peak_tflops"].items())
-        table.add_row(r["preset"], r["device"], f"{r['memory_gb']:g} GB", peaks, f"{r['intra_gbps']:g}",
-                      f"{r['inter_gbps']:g}")
+        table.add_row(r["preset"], r["device"], f"{r['memory_mib']:,.0f} MiB", peaks, f"{r['intra_gbps']:g}",
+                      f"{r['inter_gbps']:g}", f"{r['engine']['kernels']}, {r['engine']['attention']}")
     out.print(table)
 
 
