@@ -173,7 +173,7 @@ def print_table(title: str, results) -> float:
 GRID = {
     ("a100-80g", "gemm_efficiency"): [0.60 + 0.025 * i for i in range(9)],
     ("h100-80g", "gemm_efficiency"): [0.45 + 0.025 * i for i in range(9)],
-    ("*", "overlap_slowdown"): [0.0, 0.1, 0.2, 0.3],  # at most 0.3: a plausibility cap (estimate)
+    ("*", "overlap_slowdown"): [0.0, 0.1, 0.2, 0.3],
 }
 
 
@@ -181,8 +181,10 @@ def overrides_of(keys, values) -> dict:
     out: dict = {}
     for (hw, name), value in zip(keys, values):
         out.setdefault(hw, {})[name] = value
-        if hw == "a100-80g":  # one A100 chip: the 40 GB part shares its GEMM efficiency
-            out.setdefault("a100-40g", {})[name] = value
+        # one chip, one GEMM efficiency: the A100 40 GB part and the 500 W H100 share their sibling's
+        sibling = {"a100-80g": "a100-40g", "h100-80g": "h100-96g"}.get(hw)
+        if sibling:
+            out.setdefault(sibling, {})[name] = value
     return out
 
 

@@ -49,3 +49,23 @@ def test_published_figures_convert_through_their_own_formula(bench, rows):
     assert bench.measured_time(by_id["k22-t5-22b-fullrecomp"]) == pytest.approx(1.42)
     # Narayanan et al. 2021 Table 1, 1T: 163 TFLOP/s per GPU on 3,072 GPUs, batch 3,072 → ~102.6 s
     assert bench.measured_time(by_id["n21-t1-1t"]) == pytest.approx(102.6, rel=2e-3)
+
+
+def test_torchtitan_llama3_8b_on_its_own_hardware_is_bracketed():
+    """torchtitan: 5,762 tokens/s per GPU, Llama 3 8B, 8 × H100 96 GB at 500 W, eager, FSDP, local batch 2,
+    seq 8192, selective recompute. Without recompute the model may only be faster, with full recompute slower,
+    and both within 15 %."""
+    from uniap.estimate import estimate_uniform
+    from uniap.spec import load_model
+    from uniap.spec.cluster import load_cluster
+    from uniap.spec.workload import Workload
+
+    model = load_model("llama3-8b", 8192)
+    cluster = load_cluster("h100-96g:1x8")
+    rates = {}
+    for rc in (False, True):
+        plan = estimate_uniform(model, cluster, Workload(16, 8192, "bf16"), dp=8, zero=3, micro_batch_size=2,
+                                recompute=rc)
+        rates[rc] = plan.predicted["tokens_per_s"] / 8
+    assert rates[True] < 5762 < rates[False]
+    assert all(abs(r / 5762 - 1) <= 0.15 for r in rates.values()), rates

@@ -96,13 +96,11 @@ class StageProgram:
             raise UniapError("allowed must be a boolean array")
         ok = np.asarray(self.allowed)
         for name in ("A", "G", "Ms", "Ma"):
-            values = np.asarray(getattr(self, name), dtype=float)[ok]
-            if not np.all(np.isfinite(values) & (values >= 0)):
+            if not _finite_non_negative(getattr(self, name), ok):
                 raise UniapError(f"cost table {name} has a negative or non-finite entry for an allowed strategy")
         pair_ok = ok[:-1, :, None] & ok[1:, None, :]
         for name in ("R", "Rp"):
-            values = np.asarray(getattr(self, name), dtype=float)[pair_ok]
-            if not np.all(np.isfinite(values) & (values >= 0)):
+            if not _finite_non_negative(getattr(self, name), pair_ok):
                 raise UniapError(f"cost table {name} has a negative or non-finite entry between allowed strategies")
         infl = np.asarray(self.inflight, dtype=float)
         if not np.all(np.isfinite(infl) & (infl >= 0)):
@@ -112,6 +110,15 @@ class StageProgram:
             raise UniapError(f"memory_capacity must be positive, got {self.memory_capacity!r}")
         if not np.issubdtype(np.asarray(self.group).dtype, np.integer):
             raise UniapError("group must be an integer array")
+
+
+def _finite_non_negative(table, mask: np.ndarray) -> bool:
+    """Every entry of `table` where `mask` holds is finite and >= 0 (two reductions: nan and ±inf reach them)."""
+    values = np.where(mask, np.asarray(table, dtype=float), 0.0)
+    if not values.size:
+        return True
+    lo, hi = values.min(), values.max()
+    return bool(lo >= 0 and np.isfinite(hi))
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,8 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
             records[index] = CandidateRecord(candidate, math.inf, None, "infeasible", 0.0)
             continue
         queue.append((tier(program) if tier else 0, bound, index))
+        if guess is not None and bound >= guess[1].objective:
+            continue  # its uniform plan costs at least its bound: it cannot be the better incumbent
         uniform = uniform_guess(program)
         if uniform is not None and (guess is None or uniform.objective < guess[1].objective):
             guess = (index, uniform)
