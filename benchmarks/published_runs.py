@@ -3,8 +3,9 @@ benchmarks/data/published_runs.yaml (Megatron-LM, torchtitan, llm-foundry, … �
 
 Every row is costed as its source describes it (hardware, engine kernels and attention, tp/pp/dp, ZeRO,
 micro-batch, recompute) with `estimate_uniform` — the same function as `uniap estimate`; no per-row
-factors. Rows whose setting the model cannot represent (fp8, context parallelism, the interleaved schedule,
-a configuration the source does not state) are listed with the reason and not costed.
+factors. Rows whose setting the model cannot represent (fp8, context parallelism, selective recomputation, a
+configuration the source does not state — the interleaved schedule's virtual stages included) are listed with
+the reason and not costed.
 
 The rows carry a fixed `split`, chosen before anything was fitted: the constants marked "fitted" in
 spec/cluster.py may be fitted on the calibration rows only (`--fit` searches them and prints the best);

@@ -13,6 +13,7 @@ from rich.table import Table
 from uniap.commands.options import (ATTENTION, BATCH, CLUSTER, FMT, KERNELS, MODEL, PREC, SCHED, SEQ, SOLVER,
                                     AttentionKernel, Fmt, Kernels, Precision, Schedule, emit_json, with_engine)
 from uniap.errors import UniapError
+from uniap.planner import MAX_VIRTUAL_STAGES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Find the fastest way to train a transformer on a cluster (UniAP MIQP), then train it.")
@@ -163,8 +164,8 @@ def plan(
     precision: Precision = PREC,
     schedule: Schedule = typer.Option(Schedule.f1b, "--schedule", help="Pipeline schedule; interleaved-1f1b "
                                       "searches it together with 1f1b (slower: see the README)."),
-    max_virtual_stages: int = typer.Option(8, "--max-virtual-stages", help="Most chunks per stage the "
-                                           "interleaved search tries."),
+    max_virtual_stages: int = typer.Option(MAX_VIRTUAL_STAGES, "--max-virtual-stages", help="Most chunks per stage "
+                                           "the interleaved search tries."),
     solver: str = SOLVER,
     time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds for the whole search; the best plan found so far is returned with its gap."),
     max_tp: Optional[int] = typer.Option(None, "--max-tp", help="Largest tensor-parallel degree to consider."),

@@ -40,8 +40,8 @@ def uniform_split(model: ModelSpec, stages: int) -> np.ndarray:
 
 def uniform_assignment(model: ModelSpec, stages: int, strategy: Strategy, micro_batch: int
                        ) -> tuple[list[Strategy], np.ndarray, np.ndarray]:
-    """`stages`: the pieces of the chain (P, or P·v chunks under interleaving)."""
-    """One strategy for every layer (recompute only where a layer can be recomputed).
+    """One strategy for every layer (recompute only where a layer can be recomputed), over `stages` pieces of the
+    chain (P, or P·v chunks under interleaving).
 
     Raises the first reason a layer cannot take the strategy (e.g. tp not dividing the heads).
     """
@@ -62,9 +62,7 @@ def predict(model: ModelSpec, cluster: ClusterSpec, workload: Workload, program:
     """The `predicted` section of the plan contract."""
     times = stage_times(program, stage_of, strategy_of)
     tpi = evaluate_unchecked(program, stage_of, strategy_of)
-    v = program.virtual_stages
-    c = program.micro_batches
-    work = float(times.chunk_p.sum()) * c  # every micro-batch through every chunk, spread over the groups
+    work = float(times.chunk_p.sum()) * program.micro_batches  # every micro-batch through every chunk, spread over the groups
     bubble = max(0.0, 1.0 - work / (program.pipeline_degree * tpi)) if tpi > 0 else 0.0
     peak = times.memory + cluster.device.reserve_bytes
     model_flops = 3.0 * model.flops_per_sample() * workload.global_batch  # fwd + bwd, recompute not counted

@@ -54,7 +54,7 @@ class Plan:
     model: dict  # name, layers, parameters, seq_len, config (ModelConfig as dict)
     cluster: dict  # name, devices, nodes, devices_per_node, engine {kernels, attention}
     workload: dict  # global_batch, seq_len, precision
-    pipeline: dict  # degree, micro_batches, schedule
+    pipeline: dict  # degree, micro_batches, schedule, virtual_stages
     stages: list[StagePlan]
     layers: list[LayerPlan]
     predicted: dict = field(default_factory=dict)
@@ -165,6 +165,8 @@ class Plan:
         if (schedule == INTERLEAVED) != (v > 1) or v < 1:
             raise UniapError(f"schedule {schedule!r} with {v} virtual stages: interleaved-1f1b needs 2 or more, "
                              "the others 1")
+        if v > 1 and degree < 2:
+            raise UniapError("the interleaved schedule needs a pipeline of at least 2 stages")
         ranks = sorted(r for s in self.stages for r in s.ranks)
         if ranks != list(range(n)):
             raise UniapError(f"stage ranks must cover 0..{n - 1} exactly once")

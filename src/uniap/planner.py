@@ -42,8 +42,7 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, workload: Workload, sched
     out = []
     for p in stages:
         for c in divisors(workload.global_batch):
-            if any(s in PLAIN for s in schedules):
-                out.append((p, c, 1))
+            out.append((p, c, 1))  # the plain schedule, always searched
             if INTERLEAVED in schedules and p >= 2 and c % p == 0:
                 out += [(p, c, v) for v in range(2, max_virtual_stages + 1) if p * v <= layers]
     return out
@@ -99,9 +98,6 @@ def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, s
         raise UniapError("the interleaved schedule needs --max-virtual-stages of at least 2")
     started = time.perf_counter()
     cands = candidates(model, cluster, workload, schedules, max_virtual_stages)
-    if not cands:
-        raise UniapError(f"no pipeline configuration runs {schedules[0]} here (interleaving needs 2 or more stages "
-                         f"and a micro-batch count that is a multiple of them)")
     build = partial(build_candidate, model=model, cluster=cluster, workload=workload, schedules=schedules,
                     max_tp=max_tp)
     result = search(cands, build, solver=solver, time_limit=time_limit, workers=workers, progress=progress,

@@ -38,6 +38,19 @@ def test_interleaved_bad_input_is_one_line(cli):
         assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
+def test_interleaving_refusals_are_one_line(cli):
+    proc = cli("compare", "--model", "gpt2", "--cluster", "a100-80g:1x8", "--global-batch", "16", "--schedule",
+               "interleaved-1f1b", check=False)
+    assert proc.returncode == 2 and "uniap plan --schedule interleaved-1f1b" in proc.stderr
+    from uniap.errors import UniapError
+    from uniap.runtime.plans import uniform_plan
+    from uniap.spec import zoo_config
+
+    with pytest.raises(UniapError, match="at least 2 stages"):
+        uniform_plan(zoo_config("tiny-gpt"), 4, pp=1, dp=4, micro_batches=2, schedule="interleaved-1f1b",
+                     virtual_stages=2)
+
+
 def test_plan_searches_interleaving_when_asked(cli_json):
     plain = cli_json("plan", "--model", "gpt3-1.3b", "--cluster", "a100-40g:2x8", "--global-batch", "64",
                      "--seq-len", "2048", "--max-tp", "1")

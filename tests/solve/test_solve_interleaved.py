@@ -80,6 +80,13 @@ def test_interleaved_inflight_follows_the_torch_warmup():
     # P = 4, v = 2, c = 8: group d holds min(c·v, (v−1)·P + 2·(P−1−d) + 1) chunk activations, half per chunk
     held = inflight("interleaved-1f1b", 4, 8, 2)
     assert held[:4] == [11 / 2, 9 / 2, 7 / 2, 5 / 2] and held[4:] == held[:4]
+    # that total is what torch's order has alive when the stage's first backward starts
+    from uniap.spec.workload import interleaved_order
+
+    for d in range(4):
+        ops = interleaved_order(d, 4, 8, 2)
+        first_backward = next(k for k, op in enumerate(ops) if op[0] == "B")
+        assert first_backward == held[d] * 2
     assert inflight("interleaved-1f1b", 2, 2, 4)[0] == pytest.approx(2 * 4 / 4)  # capped at c·v
 
 

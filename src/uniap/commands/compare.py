@@ -74,6 +74,9 @@ def compare_command(
     from uniap.spec.workload import Workload
 
     names = parse_methods(methods)  # check the names before any (slow) search
+    if _value(schedule) == "interleaved-1f1b":
+        raise UniapError("compare runs the baselines' schedules (gpipe, 1f1b); plan interleaving with "
+                         "`uniap plan --schedule interleaved-1f1b`")
     if global_batch is None or global_batch < 1:
         raise UniapError(f"global batch must be >= 1, got {global_batch}")
     spec = load_model(model, seq_len)

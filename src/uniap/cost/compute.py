@@ -31,7 +31,8 @@ FLASH_BACKWARD_WORK = 2.5  # FlashAttention-2 backward: 5 matmuls of the forward
 # Forward bytes moved per element with 16-bit activations and kernels launched, (fused, eager), for each
 # element-wise kind. Backward moves about twice the forward's bytes (reads the output gradient and the
 # saved input, writes the input gradient) in as many kernels. Counted from the operators each engine runs
-# (Megatron-LM's fused kernels; PyTorch eager's composition) — estimates, not measurements:
+# (Megatron-LM's fused kernels; PyTorch eager's composition) — estimates, not measurements. (Backward kernels
+# pay their gaps too: the backward time is twice the forward's, gaps included.)
 ELEMENTWISE: dict[str, tuple[tuple[float, int], tuple[float, int]]] = {
     # LayerNorm: one native kernel either way (read x, write y).
     "norm": ((4.0, 1), (4.0, 1)),
@@ -152,19 +153,13 @@ def layer_time(device: DeviceType, engine: Engine, peak: float, layer: LayerSpec
 
     Memoised on the values it depends on: the planner prices the same (layer, shard) under many pipeline
     configurations."""
-    figures = (device.gemm_efficiency, device.sm_count, device.gemm_half_k, device.attention_efficiency,
-               device.fused_attention_efficiency, device.memory_bandwidth, device.memory_efficiency,
-               device.kernel_gap_s, device.layer_overhead_s, device.elementwise)
+    figures = _Figures(*(getattr(device, name) for name in _Figures._fields))
     return _layer_time(figures, engine, peak, layer.ops, layer.flops, samples, tp, sp, recompute, act_scale)
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _layer_time(figures: tuple, engine: Engine, peak: float, ops: tuple, flops: float, samples: float, tp: int,
+def _layer_time(device: "_Figures", engine: Engine, peak: float, ops: tuple, flops: float, samples: float, tp: int,
                 sp: bool, recompute: bool, act_scale: float) -> float:
-    (gemm_efficiency, sm_count, gemm_half_k, attention_efficiency, fused_attention_efficiency, memory_bandwidth,
-     memory_efficiency, kernel_gap_s, layer_overhead_s, elementwise) = figures
-    device = _Figures(gemm_efficiency, sm_count, gemm_half_k, attention_efficiency, fused_attention_efficiency,
-                      memory_bandwidth, memory_efficiency, kernel_gap_s, layer_overhead_s, elementwise)
     fwd = bwd = 0.0
     for op in ops:
         f, b = op_times(device, engine, peak, op, samples, tp, sp, act_scale)

@@ -184,6 +184,8 @@ def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, st
     n = cluster.devices
     if stages < 1 or n % stages:
         raise UniapError(f"pipeline degree {stages} does not divide the {n} devices")
+    if virtual_stages < 1:
+        raise UniapError(f"virtual stages must be >= 1, got {virtual_stages}")
     if (schedule == INTERLEAVED) != (virtual_stages > 1):
         raise UniapError(f"{virtual_stages} virtual stages and schedule {schedule!r}: interleaved-1f1b needs "
                          f"2 or more virtual stages, the other schedules 1")

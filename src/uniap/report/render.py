@@ -1,4 +1,4 @@
-"""`render_report`: one static HTML page (PNG images embedded as base64, no scripts, no network) for a plan,
+"""`render_report`: one static HTML page (SVG figures embedded as base64, no scripts, no network) for a plan,
 optionally with a run's measured figures beside the predicted ones."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import hashlib
 import html
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -47,6 +47,8 @@ def recost(plan: Plan, cluster: ClusterSpec | str | None = None) -> Figures:
     try:
         model = build_layers(plan.model_config(), int(plan.model["seq_len"]))
         clus = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster or str(plan.cluster["name"]))
+        if plan.engine is not None and not isinstance(cluster, ClusterSpec):
+            clus = replace(clus, engine=plan.engine)  # as the plan was costed (estimate --plan does the same)
         if clus.devices != plan.world_size:
             raise UniapError(f"cluster {clus.name} has {clus.devices} devices, the plan {plan.world_size}")
         program, stage_of, strategy_of = cost_plan(plan, model, clus)
@@ -69,7 +71,8 @@ def recost(plan: Plan, cluster: ClusterSpec | str | None = None) -> Figures:
         return Figures(p=p, o=[0.0] * (P * v - 1), g=[0.0] * P,
                        chunk_p=[p[j % P] / v for j in range(P * v)] if v > 1 else None, memory=memory if len(memory) == P else [0.0] * P,
                        capacity=float(cap) if cap else None, tpi=pred.get("iteration_time_s"),
-                       note=f"not re-costed ({exc}); stage times from the plan file, sends and sync not shown")
+                       note=f"not re-costed ({exc}); stage times from the plan file, sends and sync not shown; "
+                            "memory as the plan file gives it (framework reserve included, capacity the whole device)")
 
 
 def _per_stage(values, plan: Plan, what: str) -> list[float] | None:

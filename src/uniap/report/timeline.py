@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from uniap.errors import UniapError
+from uniap.spec.workload import interleaved_order
 
 FORWARD_SHARE = 1.0 / 3.0
 
@@ -49,21 +50,6 @@ def stage_order(schedule: str, stage: int, stages: int, micro_batches: int) -> l
         ops += [("F", warm + m), ("B", m)]
     ops += [("B", m) for m in range(c - warm, c)]
     return ops
-
-
-def interleaved_order(stage: int, stages: int, micro_batches: int, virtual_stages: int) -> list[tuple[str, int, int]]:
-    """The operations stage `stage` runs under interleaved 1F1B, in order: ("F"|"B", global chunk, micro-batch).
-    Forwards go round by round (P micro-batches) through its chunks 0..v−1, backwards through v−1..0; after
-    min(c·v, (v − 1)·P + 2·(P − 1 − stage)) warm-up forwards they alternate (torch `_get_warmup_ops`)."""
-    P, c, v = stages, micro_batches, virtual_stages
-    rounds = [range(r * P, min((r + 1) * P, c)) for r in range(-(-c // P))]
-    forwards = [("F", k * P + stage, m) for ms in rounds for k in range(v) for m in ms]
-    backwards = [("B", k * P + stage, m) for ms in rounds for k in reversed(range(v)) for m in ms]
-    warm = min(c * v, (v - 1) * P + 2 * (P - 1 - stage))
-    ops = forwards[:warm]
-    for f, b in zip(forwards[warm:], backwards):
-        ops += [f, b]
-    return ops + backwards[len(forwards) - warm:]
 
 
 def simulate(schedule: str, p, o, g, micro_batches: int, virtual_stages: int = 1) -> list[Box]:

@@ -43,7 +43,7 @@ class StageProgram:
     allowed: np.ndarray  # (L, K) bool; a False entry may not be chosen (e.g. tp does not divide heads)
     stages: int  # P
     micro_batches: int  # c
-    inflight: np.ndarray  # (P,) micro-batches whose activations stage (chunk) i holds at peak (c GPipe, min(c, P-i) 1F1B)
+    inflight: np.ndarray  # (stages,) micro-batches whose activations stage (chunk) i holds at peak (c GPipe, min(c, P-i) 1F1B)
     memory_capacity: float  # bytes per device available to the plan
     group: np.ndarray  # (L,) int; consecutive layers with equal id are identical (same rows, same R between them)
     virtual_stages: int = 1  # v: chunks per device group (interleaved 1F1B); `stages` counts chunks
@@ -147,10 +147,7 @@ class StageTimes:
     @property
     def o_device(self) -> np.ndarray:
         """(P,) boundary time per micro-batch that each device group sends (its chunks' outgoing boundaries)."""
-        P = len(self.p)
-        out = np.zeros(P)
-        np.add.at(out, np.arange(len(self.o)) % P, self.o)
-        return out
+        return _group_sums(self.o[None, :], len(self.p))[0]
 
     @property
     def bottleneck(self) -> float:
@@ -213,10 +210,13 @@ def _times_many(program: StageProgram, stage_of: np.ndarray, strategies: np.ndar
 
 def _per_device(program: StageProgram, per_chunk: np.ndarray) -> np.ndarray:
     """(N, P) sums over each device group's chunks of an (N, k ≤ S) per-chunk array (chunk j on group j mod P)."""
-    P = program.pipeline_degree
-    out = np.zeros((per_chunk.shape[0], P))
+    return _group_sums(per_chunk, program.pipeline_degree)
+
+
+def _group_sums(per_chunk: np.ndarray, groups: int) -> np.ndarray:
+    out = np.zeros((per_chunk.shape[0], groups))
     for j in range(per_chunk.shape[1]):
-        out[:, j % P] += per_chunk[:, j]
+        out[:, j % groups] += per_chunk[:, j]
     return out
 
 

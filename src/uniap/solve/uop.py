@@ -71,7 +71,7 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
     deadline = None if time_limit is None else started + float(time_limit)
     workers = min(os.cpu_count() or 1, 2) if workers is None else max(1, int(workers))
     records: dict[int, CandidateRecord] = {}
-    queue: list[tuple[float, int]] = []
+    queue: list[tuple[int, float, int]] = []  # (tier, lower bound, candidate index)
     guess: tuple[int, Solution] | None = None
     unbounded: list[int] = []  # not even built before the deadline (a plan was in hand already)
     for index, candidate in enumerate(candidates):

@@ -54,14 +54,31 @@ def check_interleaving(stages: int, micro_batches: int, virtual_stages: int) -> 
                          f"of the pipeline degree ({stages})")
 
 
+def interleaved_order(stage: int, stages: int, micro_batches: int, virtual_stages: int) -> list[tuple[str, int, int]]:
+    """The operations stage `stage` runs under interleaved 1F1B, in order: ("F"|"B", global chunk, micro-batch).
+    Forwards go round by round (P micro-batches) through its chunks 0..v−1, backwards through v−1..0; after
+    min(c·v, (v − 1)·P + 2·(P − 1 − stage)) warm-up forwards they alternate (torch `_get_warmup_ops`, as
+    Megatron-LM)."""
+    P, c, v = stages, micro_batches, virtual_stages
+    rounds = [range(r * P, min((r + 1) * P, c)) for r in range(-(-c // P))]
+    forwards = [("F", k * P + stage, m) for ms in rounds for k in range(v) for m in ms]
+    backwards = [("B", k * P + stage, m) for ms in rounds for k in reversed(range(v)) for m in ms]
+    warm = min(c * v, (v - 1) * P + 2 * (P - 1 - stage))
+    ops = forwards[:warm]
+    for f, b in zip(forwards[warm:], backwards):
+        ops += [f, b]
+    return ops + backwards[len(forwards) - warm:]
+
+
 def inflight(schedule: str, stages: int, micro_batches: int, virtual_stages: int = 1) -> list[float]:
     """Micro-batches whose activations stage i (0-based) holds at its peak; per chunk for interleaved 1F1B.
 
     GPipe runs every forward before any backward: all c are alive. 1F1B (PipeDream-flush) lets
-    stage i start backward after P − i forwards, so it holds min(c, P − i). Interleaved 1F1B with v chunks per
-    device group: group d runs (v − 1)·P + 2·(P − 1 − d) warm-up chunk forwards before its first backward
-    (torch.distributed.pipelining `_get_warmup_ops`, as Megatron-LM), so it holds
-    W_d = min(c·v, (v − 1)·P + 2·(P − 1 − d) + 1) chunk activations, W_d / v per chunk on average.
+    stage i start backward after P − i forwards, so it holds min(c, P − i). Interleaved 1F1B: at its peak —
+    when its first backward starts — stage d holds W_d = min(c·v, (v − 1)·P + 2·(P − 1 − d) + 1) chunk
+    activations (`interleaved_order`), charged W_d / v to each of its chunks. Exact when its chunks keep equal
+    activations (the pp2·v2 demo plan's memory was predicted to 0.1 %); a stage whose first chunk is much larger
+    than its last can be under-predicted, since the first chunks fill up first.
     """
     check_schedule(schedule)
     if schedule == "gpipe":
