@@ -24,6 +24,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/published_runs.py
+	$(BIN)/python benchmarks/nccl_busbw.py
 	$(BIN)/python benchmarks/search_scaling.py
 	$(BIN)/python benchmarks/paper_table.py
 
