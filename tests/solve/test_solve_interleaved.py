@@ -5,6 +5,7 @@ import pytest
 from random_tables import random_program
 
 from uniap.errors import UniapError
+from uniap.solve.bounds import _least, front, group_bound
 from uniap.solve.formulation import Formulation
 from uniap.solve.milp import solve
 from uniap.solve.program import evaluate, lower_bound, stage_times
@@ -40,6 +41,29 @@ def test_interleaved_milp_matches_reference(seed):
         assert solution.objective == pytest.approx(reference.objective, rel=1e-6)
         assert solution.objective == pytest.approx(evaluate(program, solution.stage_of, solution.strategy_of))
         assert len(np.unique(solution.stage_of)) == program.stages  # every chunk holds a layer
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_group_bound_never_exceeds_the_optimum(seed):
+    program = _case(seed)
+    reference = solve_reference(program)
+    bound = group_bound(program)
+    if reference is None:
+        return
+    assert bound is not None and bound <= reference.objective * (1 + 1e-9)
+    assert group_bound(program, cutoff=reference.objective) <= reference.objective * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_least_matches_the_whole_minkowski_sum(seed):
+    rng = np.random.default_rng(seed)
+    cap = 10.0
+    fronts = [front(rng.uniform(0, 5, 4), rng.uniform(0, 4, 4), int(rng.integers(1, 4)), cap)[-1] for _ in range(3)]
+    sums = [(0.0, 0.0)]
+    for cost, weight in fronts:
+        sums = [(c + fc, w + fw) for c, w in sums for fc, fw in zip(cost, weight)]
+    expected = min((c for c, w in sums if w <= cap), default=np.inf)
+    assert _least(fronts, cap) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("seed", range(8))

@@ -15,7 +15,8 @@ Variables, per run r (see reduce.py) and stage i:
   marginals Σ_c' E[c,c'] = l[c], Σ_c E[c,c'] = s[c']: ``EA`` run r continues on stage i+1 (cost Rp inside the run),
   ``EB`` run r+1 follows on the same stage (R between runs), ``EC`` run r+1 starts stage i+1 (Rp between runs).
   Each kind's total is linear in a and b, so they are continuous and integral at integral a, b, s, l;
-* ``B`` ≥ every p_i and o_i (the bottleneck), ``H`` ≥ every g_i.
+* ``B`` ≥ every p_i and o_i (the bottleneck), ``H`` ≥ every g_i;
+* interleaved programs only: the integer total of run r on device group d (Σ of m over the group's chunks).
 
 Objective Σ p + Σ o + (c − 1)·B + H, memory rows per stage. Interleaved programs (v = virtual_stages > 1) cut the
 chain into P·v stages ("chunks"), chunk i on device group i mod P: the objective becomes (Σ p + Σ o)/v +
@@ -176,7 +177,21 @@ class Formulation:
                 mem = [term(self.n[r][i], (red.Ms[run.first, run.keep] + infl[i] * red.Ma[run.first, run.keep]) / cap)
                        for i in chunks for r, run in enumerate(runs)]
                 bld.row(plus(*mem), hi=1.0)
+        if v > 1:
+            self._group_count_rows(bld, groups)
         bld.minimise(plus(*objective))
+
+    def _group_count_rows(self, bld: Builder, groups) -> None:
+        """Interleaved programs: how many layers of run r device group d holds, Σ of m over its chunks, as an integer
+        variable of its own. A group's time and memory depend on these totals, not on how they are split into its
+        chunks, so branching on them settles the bottleneck before the (nearly symmetric) splits: with them HiGHS
+        proved llama2-70b on 64 GPUs (P = 4, c = 64, v = 5) beaten in 2 s instead of 16 s."""
+        for r, run in enumerate(self.reduced.runs):
+            if run.length == 1:
+                continue
+            for chunks in groups:
+                held = bld.variables(1, 0, run.length, integer=True)
+                bld.row(plus(term(held), *(term(self.m[r][i], -1.0) for i in chunks)), 0, 0)
 
     def _segment_rows(self, bld: Builder, r: int) -> None:
         """Flow conservation of classes inside run r's segment on each stage, and 'class used' indicators."""

@@ -290,13 +290,13 @@ def lower_bound(program: StageProgram) -> float:
         return math.inf
     a = row_min(program.A)
     S, v = float(a.sum()), program.virtual_stages
-    sends = _least_sends(program, ok)
+    sends = least_sends(program, ok)
     simple = (S + sends) / v + (program.micro_batches - 1 / v) * max(S / P, float(a.max())) \
         + float(row_min(program.G).sum()) / P
     return max(simple, _memory_dual_bound(program, Ms + infl.min() * Ma, cap * P) + sends / v)
 
 
-def _least_sends(program: StageProgram, ok: np.ndarray) -> float:
+def least_sends(program: StageProgram, ok: np.ndarray) -> float:
     """Σ o ≥ the stages − 1 cheapest boundaries: each boundary sits on a distinct edge (u, u+1) and costs at least
     that edge's least Rp over allowed pairs."""
     if program.stages <= 1:
