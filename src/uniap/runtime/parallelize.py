@@ -1,6 +1,7 @@
 """Build this rank's pipeline stage: its slice(s) of the model with each layer's strategy applied.
 
-Per layer, in this order: tensor parallelism over mesh["tp"] (tp > 1), recomputation flag, data
+`apply_strategy` is the one place a layer gets its intra-layer strategy, for the runtime and for the
+profiler alike: tensor parallelism over mesh["tp"] (tp > 1), then the recomputation flag, then data
 parallelism over mesh["dp"] (dp > 1) with its ZeRO level. Between consecutive layers of a slice,
 activations are re-laid out (`relayout.py`); a slice's input arrives in the layout of the previous
 chunk's last layer (chunk 0 gets the whole micro-batch of tokens on every rank). Under the interleaved
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
 
 from uniap.models.decoder import DecoderSlice
 from uniap.runtime.checks import RunShape
@@ -20,6 +22,7 @@ from uniap.runtime.data_parallel import apply_data_parallel
 from uniap.runtime.mesh import Topology
 from uniap.runtime.relayout import Layout, relayout
 from uniap.runtime.tensor_parallel import apply_tensor_parallel
+from uniap.strategies import Strategy
 
 
 @dataclass
@@ -53,6 +56,17 @@ class RankLayers(nn.Module):
         self.head = next((s.head for s in slices if s.head is not None), None)
 
 
+def apply_strategy(layer: nn.Module, strategy: Strategy, mesh: DeviceMesh | None) -> nn.Module:
+    """Lay `layer` out as `strategy` says on `mesh` (a ("dp", "tp") mesh of strategy.devices ranks; None for
+    one rank); returns the layer (modified in place)."""
+    if strategy.tp > 1:
+        apply_tensor_parallel(layer, mesh["tp"])
+    layer.recompute = bool(strategy.recompute)
+    if strategy.dp > 1:
+        apply_data_parallel(layer, mesh["dp"], strategy.zero)
+    return layer
+
+
 def layer_layout(shape: RunShape, index: int) -> Layout:
     st = shape.strategy(index)
     return Layout(st.dp, st.tp)
@@ -76,12 +90,7 @@ def _build_chunk(shape: RunShape, topo: Topology, seed: int, device: torch.devic
     module = DecoderSlice(shape.config, first, last, seed).to(device)
     for index, layer in module.chain():
         st = shape.strategy(index)
-        mesh = topo.mesh(st.dp, st.tp) if st.devices > 1 else None
-        if st.tp > 1:
-            apply_tensor_parallel(layer, mesh["tp"])
-        layer.recompute = bool(st.recompute)
-        if st.dp > 1:
-            apply_data_parallel(layer, mesh["dp"], st.zero)
+        apply_strategy(layer, st, topo.mesh(st.dp, st.tp) if st.devices > 1 else None)
     in_layout = chunk_input_layout(shape, chunk)
     layouts = {index: layer_layout(shape, index) for index in range(first, last + 1)}
     prev = {first: in_layout}
