@@ -58,3 +58,10 @@ def test_checkpoints_cross_between_plain_and_interleaved_plans(equality_results,
 def test_grouped_query_attention_tp(two_rank_results):
     check = two_rank_results["gqa"]["check"]
     assert check["max_rel_loss_diff"] <= TOL and check["max_rel_param_diff"] <= TOL
+
+
+def test_gpt2_config_with_tied_embeddings_plans_and_runs(equality_results):
+    """GPT-2's config.json ties its embeddings: `uniap plan` plans it and the run equals one process."""
+    res = equality_results["gpt2-hf-planned"]
+    check = res["check"]
+    assert check["max_rel_loss_diff"] <= TOL and check["max_rel_param_diff"] <= TOL, check

@@ -74,9 +74,9 @@ def test_tp_must_divide_heads_ffn_vocab():
 
 
 def test_unsupported_model_refused():
-    tied = GPT.__class__(**{**GPT.__dict__, "tied_embeddings": True})
-    with pytest.raises(UniapError, match="tied embeddings"):
-        uniform_plan(tied, 4)
+    encoder = GPT.__class__(**{**GPT.__dict__, "family": "bert"})
+    with pytest.raises(UniapError, match="decoder families"):
+        uniform_plan(encoder, 4)
 
 
 def test_failing_rank_ends_the_run_quickly(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ import sys
 
 import torch
 
-from runtime_cases import GPT, LLAMA
+from runtime_cases import GPT, LLAMA, TIED
 from uniap.models import DecoderSlice, build_model, layer_names, lm_loss
 from uniap.plan import Plan
 from uniap.runtime import checkpoint as ckpt
@@ -25,6 +25,15 @@ def test_slices_share_names_and_init_with_the_full_model():
             assert part and set(part) <= set(full)
             for name, p in part.items():
                 assert torch.equal(p, full[name]), name
+
+
+def test_tied_head_shares_the_embedding_in_one_process_and_copies_it_in_a_slice():
+    full = build_model(TIED, seed=2)
+    assert full.head.lm.weight is full.embed.tok.weight
+    assert "head.lm.weight" not in dict(full.named_parameters())  # one parameter, trained once
+    head_only = DecoderSlice(TIED, TIED.layers + 1, TIED.layers + 1, seed=2)
+    assert torch.equal(head_only.head.lm.weight, full.embed.tok.weight)
+    assert head_only.head.lm.weight is not full.embed.tok.weight
 
 
 def test_model_runs_and_chain_names():

@@ -20,6 +20,7 @@ from uniap.models.decoder import DecoderSlice
 from uniap.runtime.checks import RunShape
 from uniap.runtime.data_parallel import apply_data_parallel
 from uniap.runtime.mesh import Topology
+from uniap.runtime.precision import FP32, Precision, precision_of, single_rank_mesh
 from uniap.runtime.relayout import Layout, relayout
 from uniap.runtime.tensor_parallel import apply_tensor_parallel
 from uniap.strategies import Strategy
@@ -56,14 +57,16 @@ class RankLayers(nn.Module):
         self.head = next((s.head for s in slices if s.head is not None), None)
 
 
-def apply_strategy(layer: nn.Module, strategy: Strategy, mesh: DeviceMesh | None) -> nn.Module:
-    """Lay `layer` out as `strategy` says on `mesh` (a ("dp", "tp") mesh of strategy.devices ranks; None for
-    one rank); returns the layer (modified in place)."""
+def apply_strategy(layer: nn.Module, strategy: Strategy, mesh: DeviceMesh | None,
+                   precision: Precision = FP32) -> nn.Module:
+    """Lay `layer` out as `strategy` says on `mesh` and compute in `precision`; returns the layer (modified in
+    place). `mesh`: a ("dp", "tp") mesh of strategy.devices ranks; for one rank None in fp32, a one-rank ("dp",)
+    mesh in mixed precision (every mixed layer gets FSDP2's casting, see `precision.py`)."""
     if strategy.tp > 1:
         apply_tensor_parallel(layer, mesh["tp"])
     layer.recompute = bool(strategy.recompute)
-    if strategy.dp > 1:
-        apply_data_parallel(layer, mesh["dp"], strategy.zero)
+    if strategy.dp > 1 or precision.mixed:
+        apply_data_parallel(layer, mesh["dp"], strategy.zero, precision.policy)
     return layer
 
 
@@ -79,18 +82,23 @@ def chunk_input_layout(shape: RunShape, chunk: int) -> Layout:
 
 
 def build_stage(shape: RunShape, topo: Topology, seed: int, device: torch.device) -> BuiltStage:
-    chunks = [_build_chunk(shape, topo, seed, device, k * shape.pp + topo.stage)
+    precision = precision_of(shape.precision)
+    one_rank = None
+    if precision.mixed and shape.stage_size == 1:  # every rank's layers are single-rank ones
+        one_rank = single_rank_mesh(topo.rank, shape.world, device.type)
+    chunks = [_build_chunk(shape, topo, seed, device, k * shape.pp + topo.stage, precision, one_rank)
               for k in range(shape.virtual_stages)]
     module = chunks[0].module if len(chunks) == 1 else RankLayers([c.module for c in chunks])
     return BuiltStage(module=module, chunks=chunks)
 
 
-def _build_chunk(shape: RunShape, topo: Topology, seed: int, device: torch.device, chunk: int) -> BuiltChunk:
+def _build_chunk(shape: RunShape, topo: Topology, seed: int, device: torch.device, chunk: int,
+                 precision: Precision, one_rank: DeviceMesh | None) -> BuiltChunk:
     first, last = shape.chunk_range(chunk)
     module = DecoderSlice(shape.config, first, last, seed).to(device)
     for index, layer in module.chain():
         st = shape.strategy(index)
-        apply_strategy(layer, st, topo.mesh(st.dp, st.tp) if st.devices > 1 else None)
+        apply_strategy(layer, st, topo.mesh(st.dp, st.tp) if st.devices > 1 else one_rank, precision)
     in_layout = chunk_input_layout(shape, chunk)
     layouts = {index: layer_layout(shape, index) for index in range(first, last + 1)}
     prev = {first: in_layout}

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 
 from uniap.errors import UniapError
@@ -42,7 +43,9 @@ from uniap.runtime import data as data_mod
 from uniap.runtime.checks import RunShape, check_plan
 from uniap.runtime.measure import static_bytes
 from uniap.runtime.mesh import build_topology
+from uniap.runtime.data_parallel import apply_data_parallel
 from uniap.runtime.parallelize import build_stage
+from uniap.runtime.precision import LossScaler, precision_of, single_rank_mesh
 from uniap.runtime.pipeline import StepRunner
 
 # Test hooks: rank UNIAP_FAIL_RANK raises at step UNIAP_FAIL_STEP (default 0), or with
@@ -106,28 +109,38 @@ def _maybe_fail(rank: int, step: int) -> None:
 
 
 def _full_params(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Every parameter of this stage as a full CPU tensor (collective over the stage's meshes)."""
+    """Every parameter of this stage as a full CPU tensor (collective over the stage's meshes); a tied weight
+    under both of its layers' names (the runtime holds a copy in each)."""
     out = {}
-    for name, p in module.named_parameters():
+    for name, p in module.named_parameters(remove_duplicate=False):
         t = p.full_tensor() if isinstance(p, DTensor) else p
         out[name] = t.detach().float().cpu().clone()
     return out
 
 
 def reference(shape: RunShape, steps: int, *, seed: int, lr: float, data: str | None,
-              device: torch.device, optimizer: str = "sgd") -> tuple[list[float], dict[str, torch.Tensor]]:
-    """One-process training on the same data and seed: losses per step and final parameters."""
+              device: torch.device, optimizer: str = "sgd",
+              one_rank: DeviceMesh | None = None) -> tuple[list[float], dict[str, torch.Tensor]]:
+    """One-process training on the same data and seed, in the plan's precision: losses per step and final
+    parameters. Mixed precision needs `one_rank`, this rank's one-rank mesh: the whole model is `replicate`d over
+    it with the runtime's casting (see precision.py)."""
+    precision = precision_of(shape.precision)
     model = build_model(shape.config, seed).to(device)
+    if precision.mixed:
+        apply_data_parallel(model, one_rank, 0, precision.policy)
+    scaler = LossScaler() if precision.scales_loss else None
     opt = make_optimizer(model.parameters(), lr, optimizer)
     losses = []
     for step in range(steps):
         x, y = data_mod.batch(step, shape.global_batch, shape.seq_len, shape.config.vocab, seed, data)
         loss = lm_loss(model(x.to(device)), y.to(device))
-        loss.backward()
+        (loss if scaler is None else loss * scaler.scale).backward()
+        if scaler is not None:
+            scaler.unscale_or_skip(model.parameters())
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(float(loss.item()))
-    return losses, {n: p.detach().float().cpu() for n, p in model.named_parameters()}
+    return losses, _full_params(model)
 
 
 PARAM_SCALE_FLOOR = 1e-3
@@ -208,6 +221,8 @@ def train_job(job: dict, ctx: Context) -> dict | None:
 
     check = None
     if job.get("check"):
+        mixed = precision_of(shape.precision).mixed
+        one_rank = single_rank_mesh(rank, world, device.type) if mixed else None  # collective
         params = _full_params(built.module)
         gathered: list = [None] * world if rank == 0 else None
         dist.gather_object(params if topo.position == 0 else None, gathered, dst=0)
@@ -216,7 +231,8 @@ def train_job(job: dict, ctx: Context) -> dict | None:
             for part in gathered:
                 if part:
                     full.update(part)
-            ref_losses, ref_params = reference(shape, steps, seed=seed, lr=lr, data=data, device=device, optimizer=opt_kind)
+            ref_losses, ref_params = reference(shape, steps, seed=seed, lr=lr, data=data, device=device,
+                                               optimizer=opt_kind, one_rank=one_rank)
             ref_losses = ref_losses[first_step:]
             if set(full) != set(ref_params):
                 raise RuntimeError(f"parameter names differ from the reference: {sorted(set(full) ^ set(ref_params))[:5]}")
@@ -250,7 +266,9 @@ def train_job(job: dict, ctx: Context) -> dict | None:
         "device": device.type,
         "pipeline": {"degree": shape.pp, "micro_batches": shape.micro_batches, "schedule": shape.schedule,
                      "virtual_stages": shape.virtual_stages},
-        "precision": "fp32",
+        "precision": shape.precision,
+        "loss_scale": None if runner.scaler is None else {"final": runner.scaler.scale,
+                                                          "skipped_steps": runner.scaler.skipped_steps},
         "optimizer": opt_kind,
         "memory_method": ("torch.cuda.max_memory_allocated" if device.type == "cuda" else
                           "params+grads+optimizer state (local shards) + peak saved activations"),
