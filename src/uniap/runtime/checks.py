@@ -77,6 +77,8 @@ def check_plan(plan: Plan, world_size: int) -> RunShape:
         if mb % st.dp:
             raise UniapError(f"layer {layer.name}: micro-batch of {mb} samples (global batch {gb} / {c} micro-batches) "
                              f"does not split {st.dp} ways (dp)")
+        if st.sp and seq_len % st.tp:
+            raise UniapError(f"layer {layer.name}: sequence parallelism needs tp {st.tp} to divide seq_len {seq_len}")
         if st.tp > 1:
             if layer.name == "embed" or layer.name == "head":
                 need = {"vocab": config.vocab}

@@ -63,22 +63,29 @@ def apply_strategy(layer: nn.Module, strategy: Strategy, mesh: DeviceMesh | None
     place). `mesh`: a ("dp", "tp") mesh of strategy.devices ranks; for one rank None in fp32, a one-rank ("dp",)
     mesh in mixed precision (every mixed layer gets FSDP2's casting, see `precision.py`)."""
     if strategy.tp > 1:
-        apply_tensor_parallel(layer, mesh["tp"])
+        apply_tensor_parallel(layer, mesh["tp"], sp=strategy.sp)
     layer.recompute = bool(strategy.recompute)
     if strategy.dp > 1 or precision.mixed:
         apply_data_parallel(layer, mesh["dp"], strategy.zero, precision.policy)
     return layer
 
 
-def layer_layout(shape: RunShape, index: int) -> Layout:
+def layer_layouts(shape: RunShape, index: int) -> tuple[Layout, Layout]:
+    """(input, output) layout of chain layer `index`. Under sequence parallelism a block takes and returns
+    sequence slices, the head takes them and returns replicated logits; the embedding's output is replicated
+    (see tensor_parallel.py)."""
     st = shape.strategy(index)
-    return Layout(st.dp, st.tp)
+    plain = Layout(st.dp, st.tp)
+    if not st.sp or index == 0:
+        return plain, plain
+    sliced = Layout(st.dp, st.tp, seq=True)
+    return (sliced, plain) if index == shape.config.layers + 1 else (sliced, sliced)
 
 
 def chunk_input_layout(shape: RunShape, chunk: int) -> Layout:
     if chunk == 0:
         return Layout(1, shape.stage_size)  # every rank holds the whole micro-batch of tokens
-    return layer_layout(shape, shape.chunk_range(chunk - 1)[1])
+    return layer_layouts(shape, shape.chunk_range(chunk - 1)[1])[1]
 
 
 def build_stage(shape: RunShape, topo: Topology, seed: int, device: torch.device) -> BuiltStage:
@@ -100,14 +107,14 @@ def _build_chunk(shape: RunShape, topo: Topology, seed: int, device: torch.devic
         st = shape.strategy(index)
         apply_strategy(layer, st, topo.mesh(st.dp, st.tp) if st.devices > 1 else one_rank, precision)
     in_layout = chunk_input_layout(shape, chunk)
-    layouts = {index: layer_layout(shape, index) for index in range(first, last + 1)}
+    layouts = {index: layer_layouts(shape, index) for index in range(first, last + 1)}
     prev = {first: in_layout}
-    prev.update({index: layouts[index - 1] for index in range(first + 1, last + 1)})
+    prev.update({index: layouts[index - 1][1] for index in range(first + 1, last + 1)})
     d, position, group = shape.stage_size, topo.position, topo.stage_group
 
     def between(index: int, x: torch.Tensor) -> torch.Tensor:
-        return relayout(x, prev[index], layouts[index], position, group, d)
+        return relayout(x, prev[index], layouts[index][0], position, group, d)
 
     module.between = between
     return BuiltChunk(module=module, index=chunk, first=first, last=last, in_layout=in_layout,
-                      out_layout=layouts[last])
+                      out_layout=layouts[last][1])

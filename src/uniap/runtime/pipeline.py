@@ -112,13 +112,13 @@ class StepRunner:
         mb, t, h = self.shape.micro_batch, self.shape.seq_len, self.shape.config.hidden
         if chunk.index == 0:
             return torch.zeros((mb, t), dtype=torch.long, device=self.device)
-        return torch.zeros((mb // chunk.in_layout.dp, t, h), dtype=self.precision.compute_dtype, device=self.device,
-                           requires_grad=True)
+        return torch.zeros(chunk.in_layout.shape(mb, t) + (h,), dtype=self.precision.compute_dtype,
+                           device=self.device, requires_grad=True)
 
     def _static_output(self, chunk, chunks: int) -> torch.Tensor:
         mb, t = self.shape.micro_batch, self.shape.seq_len
         width = self.shape.config.vocab if chunk.index == chunks - 1 else self.shape.config.hidden
-        return torch.zeros((mb // chunk.out_layout.dp, t, width), dtype=self.precision.compute_dtype,
+        return torch.zeros(chunk.out_layout.shape(mb, t) + (width,), dtype=self.precision.compute_dtype,
                            device=self.device, requires_grad=True)
 
     def _pipeline_loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
