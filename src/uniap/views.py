@@ -109,5 +109,10 @@ def print_run(result: dict, console: Console) -> None:
     console.print("peak memory per rank: " + ", ".join(f"{m / 1e6:.1f} MB" for m in result["peak_memory_bytes"]))
     check = result.get("check")
     if check:
+        verdict = ""
+        if "tolerance" in check:
+            tol = check["tolerance"]
+            verdict = (f" — {'within' if check['within_tolerance'] else 'OUTSIDE'} {result.get('precision', 'fp32')}'s "
+                       f"tolerance ({tol['loss']:.1e} loss, {tol['params']:.1e} params)")
         console.print(f"check against one process: max rel loss diff {check['max_rel_loss_diff']:.2e}, "
-                      f"max rel param diff {check['max_rel_param_diff']:.2e}")
+                      f"max rel param diff {check['max_rel_param_diff']:.2e}{verdict}")

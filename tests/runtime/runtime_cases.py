@@ -74,6 +74,17 @@ def equality_plans():
         "gpt-pp2-v2-dp2-zero3-uneven": (uniform_plan(GPT, 4, pp=2, dp=2, zero=3, micro_batches=4,
                                                      schedule="interleaved-1f1b", virtual_stages=2,
                                                      stage_layers=[1, 3, 1, 1]), {}),
+        # sequence parallelism: sequence slices cross a stage boundary and are re-laid out to/from row blocks
+        "gpt-pp2-tp2sp-relayout": (uniform_plan(GPT, 4, pp=2, tp=2, sp=True, micro_batches=2,
+                                                per_layer={"block.2": S(2, 1, 0)}), {}),
+        "llama-tp4sp-recompute": (uniform_plan(LLAMA, 4, tp=4, sp=True, recompute=True), {}),
+        # mixed precision (tolerances: runtime/precision.py): every wrapper kind in bf16; fp16 with loss scaling
+        # on one-rank stages (single-rank meshes) with tied embeddings across the pipeline
+        "bf16-gpt-pp2-mixed": (uniform_plan(GPT, 4, pp=2, tp=2, micro_batches=2, schedule="gpipe", precision="bf16",
+                                            per_layer={"embed": S(2, 1, 3), "block.1": S(2, 1, 0),
+                                                       "block.2": S(2, 1, 2, recompute=True),
+                                                       "block.3": S(1, 2, sp=True)}), {}),
+        "fp16-tied-pp4": (uniform_plan(TIED, 4, pp=4, micro_batches=4, precision="fp16"), {}),
         # tied embeddings: both copies on one stage, laid out differently (gathered, summed, re-sharded) ...
         "tied-tp4-embed-dp4-zero3": (uniform_plan(TIED, 4, tp=4, per_layer={"embed": S(4, 1, 3)}), {}),
         # ... on the first and last stage with the same layout (shards all-reduced over the pair groups) ...
@@ -82,6 +93,17 @@ def equality_plans():
         "tied-pp2-embed-dp2-zero3-head-tp2": (uniform_plan(TIED, 4, pp=2, tp=2, micro_batches=2,
                                                            per_layer={"embed": S(2, 1, 3)}), {}),
     }
+
+
+def memory_plans():
+    """name -> plan of the memory launch (2 steps, AdamW: the cost model's optimizer)."""
+    from uniap.runtime.plans import uniform_plan
+
+    plain_ends = {"embed": S(1, 4), "head": S(1, 4)}  # only the blocks differ between tp and tp·sp
+    return {"mem-llama-tp4": uniform_plan(LLAMA, 4, tp=4, per_layer=plain_ends),
+            "mem-llama-tp4sp": uniform_plan(LLAMA, 4, tp=4, sp=True, per_layer=plain_ends),
+            "mem-llama-dp4-fp32": uniform_plan(LLAMA, 4, dp=4),
+            "mem-llama-dp4-bf16": uniform_plan(LLAMA, 4, dp=4, precision="bf16")}
 
 
 def planned_gpt2(root: Path) -> Path:

@@ -19,9 +19,11 @@ the model (embed, block, head: one per LayerSpec signature) with the runtime's o
 Then α–β of all-reduce, all-gather, reduce-scatter (each group size > 1, all groups at once) and
 point-to-point (rank r ↔ r + N/2, all pairs at once) at a few message sizes.
 
-ZeRO-1 runs as ZeRO-2 in the runtime (FSDP2 has no separate mode) and sequence parallelism runs as plain
-tensor parallelism, so those strategies are not measured twice: the assembled profile copies the figures
-and says so (`runs_as`).
+ZeRO-1 runs as ZeRO-2 in the runtime (FSDP2 has no separate mode), so it is not measured twice: the
+assembled profile copies the figures and says so (`runs_as`). Sequence parallelism is not measured either
+and gets the plain tp figures the same way — an approximation since the runtime runs it for real (sequence
+slices in and out, all-gather and reduce-scatter, less activation memory; `runtime/tensor_parallel.py`).
+Layers are measured in fp32.
 """
 
 from __future__ import annotations

@@ -14,6 +14,18 @@ Autocast is not used: it keeps the operators of its fp32 list (norms, softmax) i
 use, so it would compute differently from the FSDP-wrapped layers. The loss is taken in fp32 (`lm_loss` upcasts the
 logits).
 
+`--check` tolerances (relative, as train.py measures them), by precision. fp32: 1e-5 — the same operations in
+another order (reductions over dp, tp and micro-batches). 16-bit: the run and the reference compute the same
+operators in the same dtypes, but on other splits of the batch (dp, micro-batches) and of the matrices (tp), and
+the run reduces gradients over dp and micro-batches in fp32 where the reference sums inside one 16-bit product, so
+each 16-bit result may round differently, by up to the unit roundoff u = 2^-8 (bf16, 8 significant bits) or 2^-11
+(fp16, 11). The loss is an fp32 mean over the batch's tokens of such values, their roundings largely cancel: one u
+bounds it (measured on the tiny models: 3e-5 bf16, 4e-6 fp16). A parameter after a few SGD steps carries its
+gradients' rounding through momentum; a tensor that starts at zero (biases; compared at the 1e-3 floor) is nothing
+but those updates, so its relative error is its gradients': a gradient passes a few 16-bit roundings (the output
+gradient, the product's result), measured at most 4.1 u (bf16, 1.6e-2) and 5.3 u (fp16, 2.6e-3); the tolerance is
+8 u. A wrong gradient — a reduction missed, a factor of the dp degree — moves parameters by O(1) and still fails.
+
 fp16 adds dynamic loss scaling (`LossScaler`, GradScaler's schedule): the loss is multiplied by the scale before
 backward; after backward the gradients are divided by it (a power of two: exact) unless some rank holds a non-finite
 gradient, in which case the step is skipped (gradients dropped: SGD and AdamW leave parameters without a gradient
@@ -33,6 +45,19 @@ from torch.distributed.tensor import DTensor
 from uniap.errors import UniapError
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class CheckTolerance:
+    """What `--check` accepts (see the module docstring)."""
+
+    loss: float  # largest relative difference of a step's loss from the reference's
+    params: float  # largest relative difference of a final parameter from the reference's
+
+
+UNIT_ROUNDOFF = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11}
+CHECK_TOLERANCE = {"fp32": CheckTolerance(loss=1e-5, params=1e-5),
+                   **{name: CheckTolerance(loss=u, params=8 * u) for name, u in UNIT_ROUNDOFF.items()}}
 
 
 @dataclass(frozen=True)
@@ -56,6 +81,10 @@ class Precision:
         if not self.mixed:
             return None
         return MixedPrecisionPolicy(param_dtype=self.compute_dtype, reduce_dtype=torch.float32)
+
+    @property
+    def check_tolerance(self) -> CheckTolerance:
+        return CHECK_TOLERANCE[self.name]
 
     @property
     def scales_loss(self) -> bool:

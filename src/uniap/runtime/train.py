@@ -10,8 +10,11 @@ dict on rank 0 (None elsewhere):
   stage_time_s        per stage: median over its ranks of the rank's median per-step compute time
                       (forward + backward + loss of its micro-batches; see measure.py)
   peak_memory_bytes   per rank (see measure.py for what it counts on CPU)
-  check               {"max_rel_loss_diff", "max_rel_param_diff"} against one-process training on
-                      the same data and seed, or None
+  check               {"max_rel_loss_diff", "max_rel_param_diff", "tolerance", "within_tolerance"}
+                      against one-process training on the same data and seed in the plan's precision
+                      (tolerances and why: precision.py), or None
+  precision           the plan's precision, trained as precision.py says; loss_scale: fp16's final
+                      loss scale and skipped steps (None otherwise)
 
 Optimizer: SGD(lr, momentum=0.9) by default, or AdamW(lr, betas=(0.9, 0.999), eps=1e-8) with
 optimizer="adamw"; weight decay 0, fp32; the reference uses the same. SGD is the default because it
@@ -238,11 +241,15 @@ def train_job(job: dict, ctx: Context) -> dict | None:
                 raise RuntimeError(f"parameter names differ from the reference: {sorted(set(full) ^ set(ref_params))[:5]}")
             diffs = {k: _rel(full[k], ref_params[k]) for k in ref_params}
             worst = max(diffs, key=diffs.get)
+            loss_diff = max((abs(a - b) / abs(b) for a, b in zip(losses, ref_losses)), default=0.0)
+            tol = precision_of(shape.precision).check_tolerance
             check = {
-                "max_rel_loss_diff": max((abs(a - b) / abs(b) for a, b in zip(losses, ref_losses)), default=0.0),
+                "max_rel_loss_diff": loss_diff,
                 "max_rel_param_diff": diffs[worst],
                 "worst_param": worst,
                 "reference_losses": ref_losses,
+                "tolerance": asdict(tol),
+                "within_tolerance": bool(loss_diff <= tol.loss and diffs[worst] <= tol.params),
             }
         dist.barrier()
 
