@@ -34,6 +34,7 @@ def test_tied_head_shares_the_embedding_in_one_process_and_copies_it_in_a_slice(
     head_only = DecoderSlice(TIED, TIED.layers + 1, TIED.layers + 1, seed=2)
     assert torch.equal(head_only.head.lm.weight, full.embed.tok.weight)
     assert head_only.head.lm.weight is not full.embed.tok.weight
+    assert sum(p.numel() for p in full.parameters()) == decoder_parameters(TIED)
 
 
 def test_loss_scaler_unscales_exactly_skips_on_overflow_and_grows():
