@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from uniap.errors import UniapError
 from uniap.models.decoder import check_supported, layer_names
 from uniap.plan import Plan
-from uniap.spec.model import ModelConfig
 from uniap.runtime.precision import precision_of
+from uniap.spec.model import ModelConfig
 from uniap.strategies import Strategy
 
 

@@ -44,12 +44,12 @@ from uniap.plan import Plan
 from uniap.runtime import checkpoint as ckpt
 from uniap.runtime import data as data_mod
 from uniap.runtime.checks import RunShape, check_plan
+from uniap.runtime.data_parallel import apply_data_parallel
 from uniap.runtime.measure import static_bytes
 from uniap.runtime.mesh import build_topology
-from uniap.runtime.data_parallel import apply_data_parallel
 from uniap.runtime.parallelize import build_stage
-from uniap.runtime.precision import LossScaler, precision_of, single_rank_mesh
 from uniap.runtime.pipeline import StepRunner
+from uniap.runtime.precision import LossScaler, precision_of, single_rank_mesh
 
 # Test hooks: rank UNIAP_FAIL_RANK raises at step UNIAP_FAIL_STEP (default 0), or with
 # UNIAP_FAIL_MODE=hang stops answering (sleeps) there, which the collective timeouts must bound.
