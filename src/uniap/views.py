@@ -107,7 +107,16 @@ def print_run(result: dict, console: Console) -> None:
     console.print(f"iteration time (median after warm-up): [bold]{fmt_time(result['iteration_time_s'])}[/bold]")
     console.print("stage times: " + ", ".join(fmt_time(t) for t in result["stage_time_s"]))
     console.print("peak memory per rank: " + ", ".join(f"{m / 1e6:.1f} MB" for m in result["peak_memory_bytes"]))
+    if result.get("precision", "fp32") != "fp32":
+        scale = result.get("loss_scale")
+        note = f", loss scale {scale['final']:g} ({scale['skipped_steps']} steps skipped)" if scale else ""
+        console.print(f"precision: {result['precision']} compute, fp32 master weights and gradient reduction{note}")
     check = result.get("check")
     if check:
+        verdict = ""
+        if "tolerance" in check:
+            tol = check["tolerance"]
+            verdict = (f" — {'within' if check['within_tolerance'] else 'OUTSIDE'} {result.get('precision', 'fp32')}'s "
+                       f"tolerance ({tol['loss']:.1e} loss, {tol['params']:.1e} params)")
         console.print(f"check against one process: max rel loss diff {check['max_rel_loss_diff']:.2e}, "
-                      f"max rel param diff {check['max_rel_param_diff']:.2e}")
+                      f"max rel param diff {check['max_rel_param_diff']:.2e}{verdict}")

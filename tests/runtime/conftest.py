@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import pytest
 
-from runtime_cases import GQA, LLAMA, LR, equality_plans
+from runtime_cases import GQA, LLAMA, LR, equality_plans, memory_plans, planned_gpt2
 
 
 @pytest.fixture(scope="session")
 def equality_results(tmp_path_factory):
     """One 4-rank launch: every equality plan (check=True), plus the checkpoint-writing run and an
     uninterrupted run of the same plan for the resume test, and checkpoints crossing between a plain and an
-    interleaved plan in both directions."""
+    interleaved plan in both directions, `uniap plan`'s plan for GPT-2's (shrunk) config.json, and the memory
+    plans."""
     from uniap.runtime.launch import run_many
     from uniap.runtime.plans import uniform_plan
 
@@ -41,6 +42,12 @@ def equality_results(tmp_path_factory):
               "checkpoint_dir": str(v2_dir)},
              {"plan": str(interleaved_plan), "steps": 5, "lr": LR, "check": True, "resume": True,
               "checkpoint_dir": str(ckdir)}]
+    names.append("gpt2-hf-planned")
+    jobs.append({"plan": str(planned_gpt2(root)), "steps": 3, "check": True, "lr": LR})
+    for name, plan in memory_plans().items():
+        plan.save(root / f"{name}.json")
+        names.append(name)
+        jobs.append({"plan": str(root / f"{name}.json"), "steps": 2, "lr": LR, "optimizer": "adamw"})
     results = run_many(jobs, nproc=4, timeout_s=90)
     out = dict(zip(names, results))
     out["_checkpoint_dir"] = ckdir

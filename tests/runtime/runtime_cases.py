@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 from uniap.plan import StagePlan
 from uniap.spec.model import ModelConfig
@@ -21,6 +25,11 @@ except (ImportError, KeyError):  # pragma: no cover - before the zoo landed
                         tied_embeddings=False)
 GQA = dataclasses.replace(LLAMA, name="tiny-llama-gqa", kv_heads=2)
 GPT6 = dataclasses.replace(GPT, name="tiny-gpt-6", layers=6)  # 8 layers: room for pp4 × 2 chunks
+TIED = dataclasses.replace(GPT, name="tiny-gpt-tied", tied_embeddings=True)
+HF_GPT2 = Path(__file__).resolve().parent.parent / "data" / "hf" / "gpt2" / "config.json"
+# GPT-2's own config.json (tie_word_embeddings defaults to true), shrunk so that a run takes a second: 2 blocks,
+# hidden 64, 64 positions, and a vocabulary that tp can split (the runtime does not pad 50257 as Megatron does).
+GPT2_SHRINK = {"n_layer": 2, "n_embd": 64, "n_head": 4, "n_positions": 64, "n_ctx": 64, "vocab_size": 512}
 
 TOL = 1e-5
 LR = 0.05  # SGD: large enough that a wrong gradient visibly moves the parameters
@@ -65,4 +74,45 @@ def equality_plans():
         "gpt-pp2-v2-dp2-zero3-uneven": (uniform_plan(GPT, 4, pp=2, dp=2, zero=3, micro_batches=4,
                                                      schedule="interleaved-1f1b", virtual_stages=2,
                                                      stage_layers=[1, 3, 1, 1]), {}),
+        # sequence parallelism: sequence slices cross a stage boundary and are re-laid out to/from row blocks
+        "gpt-pp2-tp2sp-relayout": (uniform_plan(GPT, 4, pp=2, tp=2, sp=True, micro_batches=2,
+                                                per_layer={"block.2": S(2, 1, 0)}), {}),
+        "llama-tp4sp-recompute": (uniform_plan(LLAMA, 4, tp=4, sp=True, recompute=True), {}),
+        # mixed precision (tolerances: runtime/precision.py): every wrapper kind in bf16; fp16 with loss scaling
+        # on one-rank stages (single-rank meshes) with tied embeddings across the pipeline
+        "bf16-gpt-pp2-mixed": (uniform_plan(GPT, 4, pp=2, tp=2, micro_batches=2, schedule="gpipe", precision="bf16",
+                                            per_layer={"embed": S(2, 1, 3), "block.1": S(2, 1, 0),
+                                                       "block.2": S(2, 1, 2, recompute=True),
+                                                       "block.3": S(1, 2, sp=True)}), {}),
+        "fp16-tied-pp4": (uniform_plan(TIED, 4, pp=4, micro_batches=4, precision="fp16"), {}),
+        # tied embeddings: both copies on one stage, laid out differently (gathered, summed, re-sharded) ...
+        "tied-tp4-embed-dp4-zero3": (uniform_plan(TIED, 4, tp=4, per_layer={"embed": S(4, 1, 3)}), {}),
+        # ... on the first and last stage with the same layout (shards all-reduced over the pair groups) ...
+        "tied-pp2-tp2": (uniform_plan(TIED, 4, pp=2, tp=2, micro_batches=2), {}),
+        # ... and on different stages laid out differently (full gradients all-reduced over the pair groups)
+        "tied-pp2-embed-dp2-zero3-head-tp2": (uniform_plan(TIED, 4, pp=2, tp=2, micro_batches=2,
+                                                           per_layer={"embed": S(2, 1, 3)}), {}),
     }
+
+
+def memory_plans():
+    """name -> plan of the memory launch (2 steps, AdamW: the cost model's optimizer)."""
+    from uniap.runtime.plans import uniform_plan
+
+    plain_ends = {"embed": S(1, 4), "head": S(1, 4)}  # only the blocks differ between tp and tp·sp
+    return {"mem-llama-tp4": uniform_plan(LLAMA, 4, tp=4, per_layer=plain_ends),
+            "mem-llama-tp4sp": uniform_plan(LLAMA, 4, tp=4, sp=True, per_layer=plain_ends),
+            "mem-llama-dp4-fp32": uniform_plan(LLAMA, 4, dp=4),
+            "mem-llama-dp4-bf16": uniform_plan(LLAMA, 4, dp=4, precision="bf16")}
+
+
+def planned_gpt2(root: Path) -> Path:
+    """`uniap plan` of the shrunk GPT-2 config.json on 4 CPU ranks; returns the plan's path."""
+    config = {**json.loads(HF_GPT2.read_text()), **GPT2_SHRINK}
+    (root / "gpt2").mkdir(exist_ok=True)
+    (root / "gpt2" / "config.json").write_text(json.dumps(config))
+    out = root / "gpt2-plan.json"
+    subprocess.run([sys.executable, "-m", "uniap.cli", "plan", "--model", str(root / "gpt2" / "config.json"),
+                    "--cluster", "cpu:1x4", "--global-batch", "8", "--seq-len", "32", "--out", str(out),
+                    "--format", "json"], check=True, capture_output=True, timeout=120)
+    return out

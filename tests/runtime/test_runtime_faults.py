@@ -55,6 +55,8 @@ def test_resume_from_another_models_checkpoint_refused(tmp_path):
 @pytest.mark.parametrize("kwargs, message", [
     (dict(global_batch=6, micro_batches=4), "does not split into 4 micro-batches"),
     (dict(global_batch=8, micro_batches=4, dp=4), r"does not split 4 ways \(dp\)"),
+    (dict(tp=4, sp=True, seq_len=30), "sequence parallelism needs tp 4 to divide seq_len 30"),
+    (dict(precision="fp8"), "unknown precision 'fp8'"),
 ])
 def test_batch_errors(kwargs, message):
     with pytest.raises(UniapError, match=message):
@@ -74,9 +76,9 @@ def test_tp_must_divide_heads_ffn_vocab():
 
 
 def test_unsupported_model_refused():
-    tied = GPT.__class__(**{**GPT.__dict__, "tied_embeddings": True})
-    with pytest.raises(UniapError, match="tied embeddings"):
-        uniform_plan(tied, 4)
+    encoder = GPT.__class__(**{**GPT.__dict__, "family": "bert"})
+    with pytest.raises(UniapError, match="decoder families"):
+        uniform_plan(encoder, 4)
 
 
 def test_failing_rank_ends_the_run_quickly(tmp_path, monkeypatch):

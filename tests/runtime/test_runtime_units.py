@@ -7,7 +7,7 @@ import sys
 
 import torch
 
-from runtime_cases import GPT, LLAMA
+from runtime_cases import GPT, LLAMA, TIED
 from uniap.models import DecoderSlice, build_model, layer_names, lm_loss
 from uniap.plan import Plan
 from uniap.runtime import checkpoint as ckpt
@@ -25,6 +25,36 @@ def test_slices_share_names_and_init_with_the_full_model():
             assert part and set(part) <= set(full)
             for name, p in part.items():
                 assert torch.equal(p, full[name]), name
+
+
+def test_tied_head_shares_the_embedding_in_one_process_and_copies_it_in_a_slice():
+    full = build_model(TIED, seed=2)
+    assert full.head.lm.weight is full.embed.tok.weight
+    assert "head.lm.weight" not in dict(full.named_parameters())  # one parameter, trained once
+    head_only = DecoderSlice(TIED, TIED.layers + 1, TIED.layers + 1, seed=2)
+    assert torch.equal(head_only.head.lm.weight, full.embed.tok.weight)
+    assert head_only.head.lm.weight is not full.embed.tok.weight
+    assert sum(p.numel() for p in full.parameters()) == decoder_parameters(TIED)
+
+
+def test_loss_scaler_unscales_exactly_skips_on_overflow_and_grows():
+    from uniap.runtime.precision import LossScaler
+
+    w = torch.nn.Parameter(torch.zeros(3))
+    scaler = LossScaler(growth_interval=2)
+    w.grad = torch.tensor([1.0, -2.0, 3.0]) * scaler.scale
+    assert scaler.unscale_or_skip([w]) and torch.equal(w.grad, torch.tensor([1.0, -2.0, 3.0]))
+    w.grad = torch.tensor([1.0, float("inf"), 0.0])
+    assert not scaler.unscale_or_skip([w])
+    assert w.grad is None and scaler.scale == 2.0 ** 15 and scaler.skipped_steps == 1
+    for _ in range(2):
+        w.grad = torch.ones(3)
+        assert scaler.unscale_or_skip([w])
+    assert scaler.scale == 2.0 ** 16  # two clean steps after the overflow: doubled back
+    opt = torch.optim.SGD([w], lr=1.0, momentum=0.9)
+    w.grad = None  # a skipped step leaves the parameter and the momentum untouched
+    opt.step()
+    assert torch.equal(w.detach(), torch.zeros(3)) and not opt.state[w]
 
 
 def test_model_runs_and_chain_names():

@@ -8,6 +8,11 @@ module so the runtime can shard, replicate or recompute each one on its own.
 attribute names whatever the slice (`embed`, `blocks.<i>`, `head`), so parameter names are identical
 in the one-process model, in every pipeline stage and in every checkpoint.
 
+Tied embeddings (`tied_embeddings`): the one-process model (`build_model`) shares one Parameter between
+`embed.tok` and `head.lm`. A slice holding the head gets its own copy initialised equal to the embedding
+(the runtime keeps the copies equal by summing their gradients, see `runtime/tied.py`), so each layer can
+still be sharded on its own and sit on its own stage.
+
 Initialisation is deterministic per layer: layer `u` draws from a generator seeded with `(seed, u)`,
 so any process can build any subset of layers and get the same numbers.
 
@@ -40,9 +45,6 @@ def layer_names(config: ModelConfig) -> list[str]:
 def check_supported(config: ModelConfig) -> None:
     if config.family not in FAMILIES:
         raise UniapError(f"the runtime trains decoder families {FAMILIES}, not {config.family!r}")
-    if config.tied_embeddings:
-        raise UniapError("the runtime does not support tied embeddings (embed and head may sit on different "
-                         "stages); use tied_embeddings=False")
     if config.vocab < 1:
         raise UniapError("a decoder needs vocab > 0")
     if config.hidden % config.heads:
@@ -220,6 +222,9 @@ def build_layer(config: ModelConfig, index: int, seed: int) -> Layer:
         raise UniapError(f"layer index {index} outside the chain 0..{config.layers + 1}")
     mod._n_layers = config.layers
     init_layer(mod, seed, index)
+    if isinstance(mod, Head) and config.tied_embeddings:
+        with torch.no_grad():
+            mod.lm.weight.copy_(build_layer(config, 0, seed).tok.weight)
     return mod
 
 
@@ -264,5 +269,8 @@ class DecoderSlice(nn.Module):
 
 
 def build_model(config: ModelConfig, seed: int = 0) -> DecoderSlice:
-    """The whole chain in one module (the one-process reference)."""
-    return DecoderSlice(config, 0, None, seed)
+    """The whole chain in one module (the one-process reference); a tied head shares the embedding's Parameter."""
+    model = DecoderSlice(config, 0, None, seed)
+    if config.tied_embeddings:
+        model.head.lm.weight = model.embed.tok.weight
+    return model

@@ -5,7 +5,7 @@ consecutive ranks, and *all groups measure the same thing at the same time* — 
 real run (CPU ranks share the cores; GPU ranks share nothing, so this costs nothing there). Inside a group
 every intra-layer strategy dp × tp = d the runtime can run is applied to one layer of each distinct type of
 the model (embed, block, head: one per LayerSpec signature) with the runtime's own code
-(`runtime.tensor_parallel`, `runtime.data_parallel`, recompute flag), and timed at a few micro-batch sizes:
+(`runtime.parallelize.apply_strategy`), and timed at a few micro-batch sizes:
 
   time       forward and backward of the layer (its own tp collectives and dp gradient reduction included,
              exactly as the runtime does them every micro-batch) — `warmup` untimed repetitions, then `reps`
@@ -19,9 +19,11 @@ the model (embed, block, head: one per LayerSpec signature) with the runtime's o
 Then α–β of all-reduce, all-gather, reduce-scatter (each group size > 1, all groups at once) and
 point-to-point (rank r ↔ r + N/2, all pairs at once) at a few message sizes.
 
-ZeRO-1 runs as ZeRO-2 in the runtime (FSDP2 has no separate mode) and sequence parallelism runs as plain
-tensor parallelism, so those strategies are not measured twice: the assembled profile copies the figures
-and says so (`runs_as`).
+ZeRO-1 runs as ZeRO-2 in the runtime (FSDP2 has no separate mode), so it is not measured twice: the
+assembled profile copies the figures and says so (`runs_as`). Sequence parallelism is not measured either
+and gets the plain tp figures the same way — an approximation since the runtime runs it for real (sequence
+slices in and out, all-gather and reduce-scatter, less activation memory; `runtime/tensor_parallel.py`).
+Layers are measured in fp32.
 """
 
 from __future__ import annotations
@@ -36,9 +38,8 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from uniap.models.decoder import build_layer, check_supported, lm_loss
 from uniap.profile.items import LayerType, work_items
-from uniap.runtime.data_parallel import apply_data_parallel
 from uniap.runtime.measure import ActivationMeter, static_bytes
-from uniap.runtime.tensor_parallel import apply_tensor_parallel
+from uniap.runtime.parallelize import apply_strategy
 from uniap.runtime.train import make_optimizer
 from uniap.spec.model import ModelConfig
 from uniap.strategies import Strategy
@@ -136,16 +137,7 @@ class Harness:
     # -- layers ------------------------------------------------------------------------------------------
     def _build(self, lt: LayerType, s: Strategy):
         layer = build_layer(self.config, lt.index, self.seed).to(self.device)
-        if s.devices > 1:
-            mesh = self.mesh(s.dp, s.tp)
-            if s.tp > 1:
-                apply_tensor_parallel(layer, mesh["tp"])
-            layer.recompute = bool(s.recompute)
-            if s.dp > 1:
-                apply_data_parallel(layer, mesh["dp"], s.zero)
-        else:
-            layer.recompute = bool(s.recompute)
-        return layer
+        return apply_strategy(layer, s, self.mesh(s.dp, s.tp) if s.devices > 1 else None)
 
     def _inputs(self, lt: LayerType, samples: int):
         gen = torch.Generator(device="cpu").manual_seed(self.seed * 7919 + samples)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from uniap.errors import UniapError
 from uniap.models.decoder import check_supported, layer_names
 from uniap.plan import Plan
+from uniap.runtime.precision import precision_of
 from uniap.spec.model import ModelConfig
 from uniap.strategies import Strategy
 
@@ -30,6 +31,7 @@ class RunShape:
     seq_len: int
     schedule: str  # the schedule actually run ("gpipe", "1f1b" or "interleaved-1f1b")
     virtual_stages: int = 1  # chunks per stage (interleaved 1F1B)
+    precision: str = "fp32"  # the plan's workload precision: "fp32", "bf16" or "fp16" (see precision.py)
 
     def strategy(self, layer: int) -> Strategy:
         return self.plan.layers[layer].strategy
@@ -75,6 +77,8 @@ def check_plan(plan: Plan, world_size: int) -> RunShape:
         if mb % st.dp:
             raise UniapError(f"layer {layer.name}: micro-batch of {mb} samples (global batch {gb} / {c} micro-batches) "
                              f"does not split {st.dp} ways (dp)")
+        if st.sp and seq_len % st.tp:
+            raise UniapError(f"layer {layer.name}: sequence parallelism needs tp {st.tp} to divide seq_len {seq_len}")
         if st.tp > 1:
             if layer.name == "embed" or layer.name == "head":
                 need = {"vocab": config.vocab}
@@ -83,6 +87,7 @@ def check_plan(plan: Plan, world_size: int) -> RunShape:
             for what, size in need.items():
                 if size % st.tp:
                     raise UniapError(f"layer {layer.name}: tp {st.tp} does not divide {what} {size}")
+    precision = precision_of(str(plan.workload.get("precision", "fp32"))).name
     pp = int(plan.pipeline["degree"])
     schedule = str(plan.pipeline["schedule"])
     if schedule == "1f1b" and c < pp:
@@ -92,4 +97,4 @@ def check_plan(plan: Plan, world_size: int) -> RunShape:
                          f"pipeline degree ({pp})")
     return RunShape(plan=plan, config=config, world=world_size, pp=pp, stage_size=stage_size, global_batch=gb,
                     micro_batches=c, micro_batch=mb, seq_len=seq_len, schedule=schedule,
-                    virtual_stages=plan.virtual_stages)
+                    virtual_stages=plan.virtual_stages, precision=precision)

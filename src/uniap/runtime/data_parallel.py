@@ -19,14 +19,17 @@ from __future__ import annotations
 from torch import nn
 from torch.distributed._composable.replicate_with_fsdp import replicate
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 
-def apply_data_parallel(layer: nn.Module, dp_mesh: DeviceMesh, zero: int) -> nn.Module:
+def apply_data_parallel(layer: nn.Module, dp_mesh: DeviceMesh, zero: int,
+                        mp_policy: MixedPrecisionPolicy | None = None) -> nn.Module:
+    """`mp_policy`: FSDP2's mixed precision (see `precision.py`); None computes in fp32."""
+    policy = {} if mp_policy is None else {"mp_policy": mp_policy}
     if zero == 0:
-        module = replicate(layer, mesh=dp_mesh)
+        module = replicate(layer, mesh=dp_mesh, **policy)
     else:
-        module = fully_shard(layer, mesh=dp_mesh, reshard_after_forward=(zero == 3))
+        module = fully_shard(layer, mesh=dp_mesh, reshard_after_forward=(zero == 3), **policy)
     module.set_gradient_divide_factor(1.0)
     module.set_force_sum_reduction_for_comms(True)
     return module

@@ -1,6 +1,7 @@
 """Build this rank's pipeline stage: its slice(s) of the model with each layer's strategy applied.
 
-Per layer, in this order: tensor parallelism over mesh["tp"] (tp > 1), recomputation flag, data
+`apply_strategy` is the one place a layer gets its intra-layer strategy, for the runtime and for the
+profiler alike: tensor parallelism over mesh["tp"] (tp > 1), then the recomputation flag, then data
 parallelism over mesh["dp"] (dp > 1) with its ZeRO level. Between consecutive layers of a slice,
 activations are re-laid out (`relayout.py`); a slice's input arrives in the layout of the previous
 chunk's last layer (chunk 0 gets the whole micro-batch of tokens on every rank). Under the interleaved
@@ -13,13 +14,16 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
 
 from uniap.models.decoder import DecoderSlice
 from uniap.runtime.checks import RunShape
 from uniap.runtime.data_parallel import apply_data_parallel
 from uniap.runtime.mesh import Topology
+from uniap.runtime.precision import FP32, Precision, precision_of, single_rank_mesh
 from uniap.runtime.relayout import Layout, relayout
 from uniap.runtime.tensor_parallel import apply_tensor_parallel
+from uniap.strategies import Strategy
 
 
 @dataclass
@@ -53,44 +57,64 @@ class RankLayers(nn.Module):
         self.head = next((s.head for s in slices if s.head is not None), None)
 
 
-def layer_layout(shape: RunShape, index: int) -> Layout:
+def apply_strategy(layer: nn.Module, strategy: Strategy, mesh: DeviceMesh | None,
+                   precision: Precision = FP32) -> nn.Module:
+    """Lay `layer` out as `strategy` says on `mesh` and compute in `precision`; returns the layer (modified in
+    place). `mesh`: a ("dp", "tp") mesh of strategy.devices ranks; for one rank None in fp32, a one-rank ("dp",)
+    mesh in mixed precision (every mixed layer gets FSDP2's casting, see `precision.py`)."""
+    if strategy.tp > 1:
+        apply_tensor_parallel(layer, mesh["tp"], sp=strategy.sp)
+    layer.recompute = bool(strategy.recompute)
+    if strategy.dp > 1 or precision.mixed:
+        apply_data_parallel(layer, mesh["dp"], strategy.zero, precision.policy)
+    return layer
+
+
+def layer_layouts(shape: RunShape, index: int) -> tuple[Layout, Layout]:
+    """(input, output) layout of chain layer `index`. Under sequence parallelism a block takes and returns
+    sequence slices, the head takes them and returns replicated logits; the embedding's output is replicated
+    (see tensor_parallel.py)."""
     st = shape.strategy(index)
-    return Layout(st.dp, st.tp)
+    plain = Layout(st.dp, st.tp)
+    if not st.sp or index == 0:
+        return plain, plain
+    sliced = Layout(st.dp, st.tp, seq=True)
+    return (sliced, plain) if index == shape.config.layers + 1 else (sliced, sliced)
 
 
 def chunk_input_layout(shape: RunShape, chunk: int) -> Layout:
     if chunk == 0:
         return Layout(1, shape.stage_size)  # every rank holds the whole micro-batch of tokens
-    return layer_layout(shape, shape.chunk_range(chunk - 1)[1])
+    return layer_layouts(shape, shape.chunk_range(chunk - 1)[1])[1]
 
 
 def build_stage(shape: RunShape, topo: Topology, seed: int, device: torch.device) -> BuiltStage:
-    chunks = [_build_chunk(shape, topo, seed, device, k * shape.pp + topo.stage)
+    precision = precision_of(shape.precision)
+    one_rank = None
+    if precision.mixed and shape.stage_size == 1:  # every rank's layers are single-rank ones
+        one_rank = single_rank_mesh(topo.rank, shape.world, device.type)
+    chunks = [_build_chunk(shape, topo, seed, device, k * shape.pp + topo.stage, precision, one_rank)
               for k in range(shape.virtual_stages)]
     module = chunks[0].module if len(chunks) == 1 else RankLayers([c.module for c in chunks])
     return BuiltStage(module=module, chunks=chunks)
 
 
-def _build_chunk(shape: RunShape, topo: Topology, seed: int, device: torch.device, chunk: int) -> BuiltChunk:
+def _build_chunk(shape: RunShape, topo: Topology, seed: int, device: torch.device, chunk: int,
+                 precision: Precision, one_rank: DeviceMesh | None) -> BuiltChunk:
     first, last = shape.chunk_range(chunk)
     module = DecoderSlice(shape.config, first, last, seed).to(device)
     for index, layer in module.chain():
         st = shape.strategy(index)
-        mesh = topo.mesh(st.dp, st.tp) if st.devices > 1 else None
-        if st.tp > 1:
-            apply_tensor_parallel(layer, mesh["tp"])
-        layer.recompute = bool(st.recompute)
-        if st.dp > 1:
-            apply_data_parallel(layer, mesh["dp"], st.zero)
+        apply_strategy(layer, st, topo.mesh(st.dp, st.tp) if st.devices > 1 else one_rank, precision)
     in_layout = chunk_input_layout(shape, chunk)
-    layouts = {index: layer_layout(shape, index) for index in range(first, last + 1)}
+    layouts = {index: layer_layouts(shape, index) for index in range(first, last + 1)}
     prev = {first: in_layout}
-    prev.update({index: layouts[index - 1] for index in range(first + 1, last + 1)})
+    prev.update({index: layouts[index - 1][1] for index in range(first + 1, last + 1)})
     d, position, group = shape.stage_size, topo.position, topo.stage_group
 
     def between(index: int, x: torch.Tensor) -> torch.Tensor:
-        return relayout(x, prev[index], layouts[index], position, group, d)
+        return relayout(x, prev[index], layouts[index][0], position, group, d)
 
     module.between = between
     return BuiltChunk(module=module, index=chunk, first=first, last=last, in_layout=in_layout,
-                      out_layout=layouts[last])
+                      out_layout=layouts[last][1])

@@ -10,11 +10,16 @@ The loss each rank back-propagates is its share of the global mean: the cross-en
 the tokens of its own rows of the micro-batch, divided by global_batch × seq_len. Summed over the
 micro-batches and the head's dp groups this is the global mean loss, so no later scaling is needed
 (schedules run with scale_grads=False; data parallelism sums gradients).
+
+A tied embedding's two copies have their gradients summed once the step's backward is done (`tied.py`); then, in
+fp16, the gradients are unscaled or the step skipped (`precision.LossScaler`). Activations travel between stages in
+the compute dtype.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
 from uniap.models.decoder import lm_loss
@@ -22,17 +27,21 @@ from uniap.runtime.checks import RunShape
 from uniap.runtime.measure import ActivationMeter, StageTimer
 from uniap.runtime.mesh import Topology
 from uniap.runtime.parallelize import BuiltStage
+from uniap.runtime.precision import LossScaler, precision_of
+from uniap.runtime.tied import build_tied_gradients
 
 
-def make_loss_fn(shape: RunShape, built: BuiltStage, position: int):
-    """This rank's share of the global mean loss for one micro-batch (`targets`: the whole micro-batch)."""
+def make_loss_fn(shape: RunShape, built: BuiltStage, position: int, scaler: LossScaler | None = None):
+    """This rank's share of the global mean loss for one micro-batch (`targets`: the whole micro-batch), times
+    the fp16 loss scale when there is a scaler."""
     head = built.out_layout
     denominator = shape.global_batch * shape.seq_len
 
     def loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         rows = targets.shape[0] // head.dp
         i = head.block(position)
-        return lm_loss(logits, targets[i * rows:(i + 1) * rows], denominator)
+        share = lm_loss(logits, targets[i * rows:(i + 1) * rows], denominator)
+        return share if scaler is None else share * scaler.scale
 
     return loss
 
@@ -64,13 +73,16 @@ class StepRunner:
         self.shape, self.topo, self.built, self.device = shape, topo, built, device
         self.timer = StageTimer(device)
         self.meter = ActivationMeter(built.module)
-        self.loss_fn = make_loss_fn(shape, built, topo.position)
+        self.precision = precision_of(shape.precision)
+        self.scaler = LossScaler(group=dist.group.WORLD) if self.precision.scales_loss else None
+        self.loss_fn = make_loss_fn(shape, built, topo.position, self.scaler)
         self._loss_calls = 0
         self.is_first = topo.stage == 0
         self.is_last = topo.stage == shape.pp - 1
         self.schedule = None
         if shape.pp > 1:
             self._build_pipeline()
+        self.tied = build_tied_gradients(shape, topo, built.module)
 
     def _build_pipeline(self) -> None:
         shape, topo = self.shape, self.topo
@@ -100,12 +112,14 @@ class StepRunner:
         mb, t, h = self.shape.micro_batch, self.shape.seq_len, self.shape.config.hidden
         if chunk.index == 0:
             return torch.zeros((mb, t), dtype=torch.long, device=self.device)
-        return torch.zeros((mb // chunk.in_layout.dp, t, h), device=self.device, requires_grad=True)
+        return torch.zeros(chunk.in_layout.shape(mb, t) + (h,), dtype=self.precision.compute_dtype,
+                           device=self.device, requires_grad=True)
 
     def _static_output(self, chunk, chunks: int) -> torch.Tensor:
         mb, t = self.shape.micro_batch, self.shape.seq_len
         width = self.shape.config.vocab if chunk.index == chunks - 1 else self.shape.config.hidden
-        return torch.zeros((mb // chunk.out_layout.dp, t, width), device=self.device, requires_grad=True)
+        return torch.zeros(chunk.out_layout.shape(mb, t) + (width,), dtype=self.precision.compute_dtype,
+                           device=self.device, requires_grad=True)
 
     def _pipeline_loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         # The last stage computes micro-batch k's loss right after its forward, in order 0..c-1.
@@ -114,6 +128,15 @@ class StepRunner:
             return self.loss_fn(logits, targets)
 
     def step(self, tokens: torch.Tensor, targets: torch.Tensor) -> float:
+        scale = 1.0 if self.scaler is None else self.scaler.scale
+        local = self._forward_backward(tokens, targets) / scale
+        if self.tied is not None:
+            self.tied.sum()
+        if self.scaler is not None:
+            self.scaler.unscale_or_skip(self.built.module.parameters())
+        return local
+
+    def _forward_backward(self, tokens: torch.Tensor, targets: torch.Tensor) -> float:
         if self.schedule is None:
             return self._accumulate(tokens, targets)
         losses: list[torch.Tensor] = []

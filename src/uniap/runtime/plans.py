@@ -17,7 +17,7 @@ from uniap.strategies import Strategy
 
 
 def decoder_parameters(config: ModelConfig) -> int:
-    """Parameter count of `uniap.models.decoder` for this config (no weights built)."""
+    """Parameter count of `uniap.models.decoder` for this config (no weights built); a tied embedding counts once."""
     h, f, v, b = config.hidden, config.ffn, config.vocab, int(config.bias)
     hd, kv = config.head_dim, config.n_kv_heads
     norm = h * (2 if (config.norm != "rmsnorm" and config.bias) else 1)
@@ -25,7 +25,8 @@ def decoder_parameters(config: ModelConfig) -> int:
     mlp = (3 * h * f + b * (2 * f + h)) if config.gated_mlp else (2 * h * f + b * (f + h))
     embed = v * h + (config.max_seq * h if config.learned_positions else 0)
     head = norm + h * v
-    return embed + config.layers * (2 * norm + attn + mlp) + head
+    tied = v * h if config.tied_embeddings else 0
+    return embed + config.layers * (2 * norm + attn + mlp) + head - tied
 
 
 def _even_split(n: int, parts: int) -> list[int]:

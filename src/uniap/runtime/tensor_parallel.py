@@ -1,42 +1,61 @@
-"""Megatron-style tensor parallelism of one chain layer with DTensor `parallelize_module`.
+"""Megatron-style tensor parallelism of one chain layer with DTensor `parallelize_module`, with or without
+sequence parallelism (Strategy.sp, as torchtitan lays it out).
 
 - block: q/k/v column-split (by heads; GQA kv heads split too), o row-split; MLP fc (gate/up)
-  column-split, proj (down) row-split. Norms stay replicated plain tensors. Attention runs on the
-  local heads (plain tensors), so no DTensor sharding rule for attention is needed.
+  column-split, proj (down) row-split. Attention runs on the local heads (plain tensors), so no DTensor
+  sharding rule for attention is needed.
+  - tp: norms replicated plain tensors; the block takes and returns plain tensors replicated over tp
+    (one all-reduce after attention and one after the MLP, forward; their adjoints backward).
+  - tp + sp: the block takes and returns its rank's slice of the sequence (dim 1; the residual stream and
+    the norms' inputs are sharded t/tp ways). Norms run under `SequenceParallel` on the local slice;
+    attention's and the MLP's inputs are all-gathered over the sequence (`PrepareModuleInput` Shard(1) →
+    Replicate; backward: reduce-scatter) and their row-split outputs reduce-scattered back to the sequence
+    slice (`RowwiseParallel(output_layouts=Shard(1))`; backward: all-gather): all-gather and reduce-scatter
+    replace the all-reduces. The decoder has no dropout; the norms are the only sequence-parallel region.
 - embed: vocabulary-parallel token embedding (rows split, output all-reduced); learned positions
-  replicated.
+  replicated. Its output is replicated over tp also under sp (`relayout.py` takes the sequence slice).
 - head: vocabulary-parallel LM projection (columns = vocab split); the logits are all-gathered so
-  the loss runs on full logits (replicated over tp). The final norm stays replicated.
-
-Every layer takes and returns plain tensors replicated over its tp group.
-
-Sequence parallelism (Strategy.sp) is executed as plain tensor parallelism: the numerics are
-identical; the activation-memory saving and the reduce-scatter/all-gather communication pattern
-of Megatron SP are not reproduced.
+  the loss runs on full logits (replicated over tp). The final norm stays replicated; under sp it runs
+  under `SequenceParallel` on the input's sequence slice and the projection all-gathers its input.
 """
 
 from __future__ import annotations
 
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import Replicate
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel,
+                                               parallelize_module)
 
 from uniap.models.decoder import Block, Embed, Head
 
+SEQ = Shard(1)  # the sequence dimension of a (batch, sequence, hidden) activation
 
-def apply_tensor_parallel(layer: nn.Module, tp_mesh: DeviceMesh) -> nn.Module:
+
+def _block_plan(layer: Block, sp: bool) -> dict:
+    gathered = {"input_layouts": (SEQ,), "desired_input_layouts": (Replicate(),), "use_local_output": True}
+    row = RowwiseParallel(output_layouts=SEQ) if sp else RowwiseParallel()
+    plan = {"attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(), "attn.o": row}
+    if layer.mlp.gated:
+        plan.update({"mlp.gate": ColwiseParallel(), "mlp.up": ColwiseParallel(), "mlp.down": row})
+    else:
+        plan.update({"mlp.fc": ColwiseParallel(), "mlp.proj": row})
+    if sp:
+        plan.update({"norm1": SequenceParallel(), "norm2": SequenceParallel(),
+                     "attn": PrepareModuleInput(**gathered), "mlp": PrepareModuleInput(**gathered)})
+    return plan
+
+
+def apply_tensor_parallel(layer: nn.Module, tp_mesh: DeviceMesh, sp: bool = False) -> nn.Module:
     if isinstance(layer, Block):
-        plan = {"attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
-                "attn.o": RowwiseParallel()}
-        if layer.mlp.gated:
-            plan.update({"mlp.gate": ColwiseParallel(), "mlp.up": ColwiseParallel(), "mlp.down": RowwiseParallel()})
-        else:
-            plan.update({"mlp.fc": ColwiseParallel(), "mlp.proj": RowwiseParallel()})
+        plan = _block_plan(layer, sp)
     elif isinstance(layer, Embed):
         plan = {"tok": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())}
     elif isinstance(layer, Head):
-        plan = {"lm": ColwiseParallel(output_layouts=Replicate())}
+        if sp:
+            plan = {"norm": SequenceParallel(), "lm": ColwiseParallel(input_layouts=SEQ, output_layouts=Replicate())}
+        else:
+            plan = {"lm": ColwiseParallel(output_layouts=Replicate())}
     else:  # pragma: no cover - the chain has only these three kinds
         raise TypeError(f"no tensor-parallel plan for {type(layer).__name__}")
     return parallelize_module(layer, tp_mesh, plan)

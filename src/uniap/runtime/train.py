@@ -10,8 +10,11 @@ dict on rank 0 (None elsewhere):
   stage_time_s        per stage: median over its ranks of the rank's median per-step compute time
                       (forward + backward + loss of its micro-batches; see measure.py)
   peak_memory_bytes   per rank (see measure.py for what it counts on CPU)
-  check               {"max_rel_loss_diff", "max_rel_param_diff"} against one-process training on
-                      the same data and seed, or None
+  check               {"max_rel_loss_diff", "max_rel_param_diff", "tolerance", "within_tolerance"}
+                      against one-process training on the same data and seed in the plan's precision
+                      (tolerances and why: precision.py), or None
+  precision           the plan's precision, trained as precision.py says; loss_scale: fp16's final
+                      loss scale and skipped steps (None otherwise)
 
 Optimizer: SGD(lr, momentum=0.9) by default, or AdamW(lr, betas=(0.9, 0.999), eps=1e-8) with
 optimizer="adamw"; weight decay 0, fp32; the reference uses the same. SGD is the default because it
@@ -32,6 +35,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 
 from uniap.errors import UniapError
@@ -40,10 +44,12 @@ from uniap.plan import Plan
 from uniap.runtime import checkpoint as ckpt
 from uniap.runtime import data as data_mod
 from uniap.runtime.checks import RunShape, check_plan
+from uniap.runtime.data_parallel import apply_data_parallel
 from uniap.runtime.measure import static_bytes
 from uniap.runtime.mesh import build_topology
 from uniap.runtime.parallelize import build_stage
 from uniap.runtime.pipeline import StepRunner
+from uniap.runtime.precision import LossScaler, precision_of, single_rank_mesh
 
 # Test hooks: rank UNIAP_FAIL_RANK raises at step UNIAP_FAIL_STEP (default 0), or with
 # UNIAP_FAIL_MODE=hang stops answering (sleeps) there, which the collective timeouts must bound.
@@ -106,28 +112,38 @@ def _maybe_fail(rank: int, step: int) -> None:
 
 
 def _full_params(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Every parameter of this stage as a full CPU tensor (collective over the stage's meshes)."""
+    """Every parameter of this stage as a full CPU tensor (collective over the stage's meshes); a tied weight
+    under both of its layers' names (the runtime holds a copy in each)."""
     out = {}
-    for name, p in module.named_parameters():
+    for name, p in module.named_parameters(remove_duplicate=False):
         t = p.full_tensor() if isinstance(p, DTensor) else p
         out[name] = t.detach().float().cpu().clone()
     return out
 
 
 def reference(shape: RunShape, steps: int, *, seed: int, lr: float, data: str | None,
-              device: torch.device, optimizer: str = "sgd") -> tuple[list[float], dict[str, torch.Tensor]]:
-    """One-process training on the same data and seed: losses per step and final parameters."""
+              device: torch.device, optimizer: str = "sgd",
+              one_rank: DeviceMesh | None = None) -> tuple[list[float], dict[str, torch.Tensor]]:
+    """One-process training on the same data and seed, in the plan's precision: losses per step and final
+    parameters. Mixed precision needs `one_rank`, this rank's one-rank mesh: the whole model is `replicate`d over
+    it with the runtime's casting (see precision.py)."""
+    precision = precision_of(shape.precision)
     model = build_model(shape.config, seed).to(device)
+    if precision.mixed:
+        apply_data_parallel(model, one_rank, 0, precision.policy)
+    scaler = LossScaler() if precision.scales_loss else None
     opt = make_optimizer(model.parameters(), lr, optimizer)
     losses = []
     for step in range(steps):
         x, y = data_mod.batch(step, shape.global_batch, shape.seq_len, shape.config.vocab, seed, data)
         loss = lm_loss(model(x.to(device)), y.to(device))
-        loss.backward()
+        (loss if scaler is None else loss * scaler.scale).backward()
+        if scaler is not None:
+            scaler.unscale_or_skip(model.parameters())
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(float(loss.item()))
-    return losses, {n: p.detach().float().cpu() for n, p in model.named_parameters()}
+    return losses, _full_params(model)
 
 
 PARAM_SCALE_FLOOR = 1e-3
@@ -208,6 +224,8 @@ def train_job(job: dict, ctx: Context) -> dict | None:
 
     check = None
     if job.get("check"):
+        mixed = precision_of(shape.precision).mixed
+        one_rank = single_rank_mesh(rank, world, device.type) if mixed else None  # collective
         params = _full_params(built.module)
         gathered: list = [None] * world if rank == 0 else None
         dist.gather_object(params if topo.position == 0 else None, gathered, dst=0)
@@ -216,17 +234,22 @@ def train_job(job: dict, ctx: Context) -> dict | None:
             for part in gathered:
                 if part:
                     full.update(part)
-            ref_losses, ref_params = reference(shape, steps, seed=seed, lr=lr, data=data, device=device, optimizer=opt_kind)
+            ref_losses, ref_params = reference(shape, steps, seed=seed, lr=lr, data=data, device=device,
+                                               optimizer=opt_kind, one_rank=one_rank)
             ref_losses = ref_losses[first_step:]
             if set(full) != set(ref_params):
                 raise RuntimeError(f"parameter names differ from the reference: {sorted(set(full) ^ set(ref_params))[:5]}")
             diffs = {k: _rel(full[k], ref_params[k]) for k in ref_params}
             worst = max(diffs, key=diffs.get)
+            loss_diff = max((abs(a - b) / abs(b) for a, b in zip(losses, ref_losses)), default=0.0)
+            tol = precision_of(shape.precision).check_tolerance
             check = {
-                "max_rel_loss_diff": max((abs(a - b) / abs(b) for a, b in zip(losses, ref_losses)), default=0.0),
+                "max_rel_loss_diff": loss_diff,
                 "max_rel_param_diff": diffs[worst],
                 "worst_param": worst,
                 "reference_losses": ref_losses,
+                "tolerance": asdict(tol),
+                "within_tolerance": bool(loss_diff <= tol.loss and diffs[worst] <= tol.params),
             }
         dist.barrier()
 
@@ -250,7 +273,9 @@ def train_job(job: dict, ctx: Context) -> dict | None:
         "device": device.type,
         "pipeline": {"degree": shape.pp, "micro_batches": shape.micro_batches, "schedule": shape.schedule,
                      "virtual_stages": shape.virtual_stages},
-        "precision": "fp32",
+        "precision": shape.precision,
+        "loss_scale": None if runner.scaler is None else {"final": runner.scaler.scale,
+                                                          "skipped_steps": runner.scaler.skipped_steps},
         "optimizer": opt_kind,
         "memory_method": ("torch.cuda.max_memory_allocated" if device.type == "cuda" else
                           "params+grads+optimizer state (local shards) + peak saved activations"),
