@@ -194,6 +194,8 @@ class _Decoder:
     qk_norm: str = ""  # ModelConfig.qk_norm the family has (`qk_norm_field` switches it)
     qk_norm_field: str = ""  # the field that switches it on ("" = always on when qk_norm is set)
     block_norms: str = "pre"
+    parallel_residual: str = ""  # "" never | always | the field switching it (Falcon: _falcon_layout)
+    shared_norm: bool = False  # a parallel block's one norm feeds attention and MLP
     sliding: str = ""  # which layers a sliding window applies to: all | qwen (>= max_window_layers) |
     #                    alternate (Gemma 2: even blocks) | pattern (Gemma 3: all but every 6th)
     rotary_field: str = "partial_rotary_factor"  # the field giving the rotated share of each head
@@ -229,10 +231,12 @@ _DECODERS: dict[str, _Decoder] = {
     "phi3": _Decoder(qkv_bias=False, out_bias=False, sliding="all",
                      defaults={"tie_word_embeddings": False, "max_position_embeddings": 4096}),
     "gpt_neox": _Decoder(norm="layernorm", gated=False, mlp_bias=True, rotary_field="rotary_pct",
+                         parallel_residual="use_parallel_residual",
                          defaults={"tie_word_embeddings": False, "attention_bias": True, "rotary_pct": 0.25,
                                    "use_parallel_residual": True, "hidden_act": "gelu",
                                    "max_position_embeddings": 2048}),
     "falcon": _Decoder(norm="layernorm", gated=False, qkv_bias="bias", out_bias="bias", mlp_bias="bias",
+                       parallel_residual="parallel_attn",
                        defaults={"tie_word_embeddings": True, "bias": False, "multi_query": True,
                                  "parallel_attn": True, "new_decoder_architecture": False, "alibi": False,
                                  "activation": "gelu", "max_position_embeddings": 2048}),
@@ -244,6 +248,7 @@ _DECODERS: dict[str, _Decoder] = {
                            defaults={"tie_word_embeddings": True, "use_bias": True, "num_key_value_heads": 2,
                                      "hidden_act": "gelu_pytorch_tanh", "max_position_embeddings": 4096}),
     "cohere": _Decoder(norm="layernorm", norm_bias=False, qk_norm="heads", qk_norm_field="use_qk_norm",
+                       parallel_residual="always", shared_norm=True,
                        defaults={"tie_word_embeddings": True, "attention_bias": False, "use_qk_norm": False,
                                  "max_position_embeddings": 8192}),
 }
@@ -327,13 +332,12 @@ def _decoder(f: _Fields, name: str) -> ModelConfig:
     f.defaults = fam.defaults
     hidden, heads, layers = f.int("hidden_size"), f.int("num_attention_heads"), f.int("num_hidden_layers")
     head_dim = f.int("head_dim", hidden // heads if hidden % heads == 0 else _MISSING)
-    kv, parallel, shared = f.int("num_key_value_heads", heads), False, False
     if family == "falcon":
         kv, parallel, shared = _falcon_layout(f, heads)
-    elif family == "gpt_neox":
-        parallel = f.bool("use_parallel_residual")
-    elif family == "cohere":
-        parallel = shared = True
+    else:
+        kv = f.int("num_key_value_heads", heads)
+        parallel = fam.parallel_residual == "always" or bool(fam.parallel_residual) and f.bool(fam.parallel_residual)
+        shared = parallel and fam.shared_norm
     window = f.optional_int("sliding_window")
     sliding = _sliding_layers(f, fam, layers, window)
     window = window if sliding else 0  # Qwen's window is off unless use_sliding_window
@@ -352,6 +356,38 @@ def _decoder(f: _Fields, name: str) -> ModelConfig:
         sliding_layers=sliding,
         attn_softcap=f.optional_number("attn_logit_softcapping"),
         logit_softcap=f.optional_number("final_logit_softcapping"))
+
+
+_OTHER_TYPES = {"gpt2": "learned positions, LayerNorm, GeLU MLP, biases, tied embeddings",
+                "bert": "encoder, learned positions and token types, masked-LM head",
+                "t5": "encoder-decoder, relative position buckets, RMSNorm, ReLU or gated-GeLU MLP",
+                "vit": "vision: patch embedding, class token, classifier head",
+                "swin": "vision: shifted-window attention stages, patch merging"}
+
+
+def _describe(fam: _Decoder) -> str:
+    parts = [f"{'RMSNorm' if fam.norm == 'rmsnorm' else 'LayerNorm' + ('' if fam.norm_bias else ' without bias')}",
+             "gated MLP" if fam.gated else "plain MLP", "RoPE"]
+    if fam.qkv_bias is True and fam.out_bias is False:
+        parts.append("q/k/v biases")
+    if fam.qk_norm:
+        parts.append(f"q/k norms ({fam.qk_norm})" + (f" if {fam.qk_norm_field}" if fam.qk_norm_field else ""))
+    if fam.block_norms != "pre":
+        parts.append(f"{fam.block_norms} norms")
+    if fam.parallel_residual:
+        parts.append("parallel residual" + (" (one norm)" if fam.shared_norm else "")
+                     + (f" if {fam.parallel_residual}" if fam.parallel_residual != "always" else ""))
+    if fam.sliding:
+        parts.append(f"sliding window ({fam.sliding})")
+    return ", ".join(parts)
+
+
+def model_types() -> list[dict]:
+    """Each model_type a config.json may have: the family it becomes and what that family implies."""
+    rows = [{"model_type": t, "family": t, "implies": note} for t, note in _OTHER_TYPES.items()]
+    rows += [{"model_type": t, "family": t, "implies": _describe(fam)} for t, fam in _DECODERS.items()]
+    rows.append({"model_type": "gemma3_text", "family": "gemma3", "implies": "the text decoder of gemma3"})
+    return rows
 
 
 _READERS = {"gpt2": _gpt2, "bert": _bert, "t5": _t5, "vit": _vit, "swin": _swin,
