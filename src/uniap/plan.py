@@ -77,8 +77,9 @@ class Plan:
 
     def model_config(self) -> ModelConfig:
         cfg = dict(self.model["config"])
-        if "depths" in cfg:
-            cfg["depths"] = tuple(cfg["depths"])
+        for key in ("depths", "sliding_layers"):  # tuples, stored as JSON lists
+            if key in cfg:
+                cfg[key] = tuple(cfg[key])
         try:
             return ModelConfig(**cfg)
         except TypeError as exc:

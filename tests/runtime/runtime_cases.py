@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from uniap.plan import StagePlan
 from uniap.spec.model import ModelConfig
@@ -21,6 +22,25 @@ except (ImportError, KeyError):  # pragma: no cover - before the zoo landed
                         tied_embeddings=False)
 GQA = dataclasses.replace(LLAMA, name="tiny-llama-gqa", kv_heads=2)
 GPT6 = dataclasses.replace(GPT, name="tiny-gpt-6", layers=6)  # 8 layers: room for pp4 × 2 chunks
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "hf"
+FAMILY_LAYERS, FAMILY_SEQ, FAMILY_WINDOW = 6, 16, 5
+
+
+def tiny_family(folder: str) -> ModelConfig:
+    """A Hugging Face decoder family's options (tests/data/hf/<folder>) on 6 blocks of width 64: 4 heads
+    (MQA/GQA/MHA and a head_dim apart from hidden/heads kept), a window of 5 tokens on the blocks the real
+    model slides on, untied embeddings, no soft-capping."""
+    from uniap.spec import read_hf_config
+
+    cfg = read_hf_config(DATA / folder / "config.json")
+    kv = {1: 1, cfg.heads: 4}.get(cfg.n_kv_heads, 2)
+    return dataclasses.replace(
+        cfg, layers=FAMILY_LAYERS, hidden=64, heads=4, kv_heads=kv, ffn=96, vocab=128, max_seq=FAMILY_SEQ,
+        kv_channels=32 if cfg.kv_channels else 0, tied_embeddings=False, attn_softcap=0.0, logit_softcap=0.0,
+        sliding_window=FAMILY_WINDOW if cfg.sliding_layers else 0,
+        sliding_layers=tuple(i for i in cfg.sliding_layers if i < FAMILY_LAYERS))
+
 
 TOL = 1e-5
 LR = 0.05  # SGD: large enough that a wrong gradient visibly moves the parameters
@@ -65,4 +85,17 @@ def equality_plans():
         "gpt-pp2-v2-dp2-zero3-uneven": (uniform_plan(GPT, 4, pp=2, dp=2, zero=3, micro_batches=4,
                                                      schedule="interleaved-1f1b", virtual_stages=2,
                                                      stage_layers=[1, 3, 1, 1]), {}),
+    }
+
+
+def family_plans():
+    """name -> 2-rank plan of a tiny decoder family (the 2-rank launch checks each against one process):
+    Gemma 3's q/k norms, sandwich norms and sliding windows and GPT-NeoX's parallel residual with biases and
+    partial rotary under tp2; Cohere's shared-norm parallel block with bias-free LayerNorms over two stages."""
+    from uniap.runtime.plans import uniform_plan
+
+    return {
+        "gemma3-tp2": uniform_plan(tiny_family("gemma-3-4b"), 2, tp=2, micro_batches=2, seq_len=FAMILY_SEQ),
+        "neox-tp2": uniform_plan(tiny_family("pythia-1.4b"), 2, tp=2, seq_len=FAMILY_SEQ),
+        "cohere-pp2": uniform_plan(tiny_family("c4ai-command-r-v01"), 2, pp=2, micro_batches=2, seq_len=FAMILY_SEQ),
     }

@@ -266,9 +266,10 @@ def _switch(f: _Fields, setting: str | bool) -> bool:
 
 
 def _activation(f: _Fields, fam: _Decoder) -> str:
-    key = next((k for k in ("hidden_activation", "hidden_act", "activation") if f.data.get(k) is not None
-                or k in fam.defaults), "hidden_act")
-    act = f.str(key, "silu")
+    # Gemma 2/3 name it hidden_activation, Falcon activation, the others hidden_act; the first one set wins.
+    keys = ("hidden_activation", "hidden_act", "activation")
+    key = next((k for k in keys if f.data.get(k) is not None), next((k for k in keys if k in fam.defaults), None))
+    act = "silu" if key is None else f.str(key)
     if act == "gelu" and fam.gelu_is_tanh:
         act = "gelu_pytorch_tanh"
     if act not in _ACTIVATIONS:
@@ -306,11 +307,11 @@ def _pretraining_length(f: _Fields) -> int:
     if scaling is not None and not isinstance(scaling, dict):
         raise f.fail(f"field 'rope_scaling' must be an object or null, got {scaling!r}")
     original = (scaling or {}).get("original_max_position_embeddings", f.data.get("original_max_position_embeddings"))
-    if original is not None:
-        key = "rope_scaling.original_max_position_embeddings" if scaling and "original_max_position_embeddings" \
-            in scaling else "original_max_position_embeddings"
-        return _Fields({key: original}, f.path, f.model_type).int(key)
-    return f.int("max_position_embeddings")
+    if original is None:
+        return f.int("max_position_embeddings")
+    if not isinstance(original, int) or isinstance(original, bool) or original < 1:
+        raise f.fail(f"original_max_position_embeddings must be a positive integer, got {original!r}")
+    return original
 
 
 def _falcon_layout(f: _Fields, heads: int) -> tuple[int, bool, bool]:
