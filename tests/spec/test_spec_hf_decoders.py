@@ -200,3 +200,11 @@ def test_bad_decoder_configs_raise_one_line(tmp_path, folder, change, message):
     with pytest.raises(UniapError, match=message) as exc:
         read_hf_config(path)
     assert str(path) in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_configs_round_trip_through_json():
+    from uniap.spec.model import ModelConfig
+
+    for folder in ("gemma-2-9b", "falcon-7b", "qwen3-0.6b"):
+        config = cfg(folder)
+        assert ModelConfig(**json.loads(json.dumps(config.to_json()))) == config

@@ -7,7 +7,7 @@ i*d .. i*d+d-1 (d = world / pp).
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import replace
 
 from uniap.errors import UniapError
 from uniap.models.decoder import check_supported, layer_names
@@ -88,7 +88,7 @@ def uniform_plan(config: ModelConfig, world: int, *, pp: int = 1, dp: int | None
                                 chunks=mine if virtual_stages > 1 else ()))
     plan = Plan(
         model={"name": config.name, "layers": n, "parameters": decoder_parameters(config), "seq_len": seq_len,
-               "config": asdict(config)},
+               "config": config.to_json()},
         cluster={"name": "local", "devices": world, "nodes": 1, "devices_per_node": world},
         workload={"global_batch": global_batch, "seq_len": seq_len, "precision": precision},
         pipeline={"degree": pp, "micro_batches": micro_batches, "schedule": schedule,

@@ -6,7 +6,7 @@ The chain is what the cost model prices and the solver places; every figure is p
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 
 # Families that train with dropout, when the config does not say (HF defaults: GPT-2 resid/attn/embd_pdrop
@@ -65,6 +65,8 @@ class ModelConfig:
     logit_softcap: float = 0.0  # tanh soft-capping of the final logits (Gemma 2); 0: none
 
     def __post_init__(self):
+        for name in ("depths", "sliding_layers"):  # JSON gives lists
+            object.__setattr__(self, name, tuple(getattr(self, name)))
         for name in ("qkv_bias", "out_bias", "mlp_bias"):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, self.bias)
@@ -72,6 +74,10 @@ class ModelConfig:
             object.__setattr__(self, "activation", "silu" if self.gated_mlp else "gelu_tanh")
         if self.dropout is None:
             object.__setattr__(self, "dropout", self.family in DROPOUT_FAMILIES)
+
+    def to_json(self) -> dict:
+        """The fields as JSON values (tuples as lists); `ModelConfig(**that)` gives this config back."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
     @property
     def n_kv_heads(self) -> int:
