@@ -49,8 +49,8 @@ def equality_results(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def two_rank_results(equality_results, tmp_path_factory):
-    """One 2-rank launch: resume the 4-rank checkpoint under another plan and world size; a GQA model; tiny
-    Hugging Face decoder families under tensor and pipeline parallelism."""
+    """One 2-rank launch: resume the 4-rank checkpoint under another plan and world size; a GQA model; a tiny
+    Hugging Face decoder family under tensor parallelism."""
     from uniap.runtime.launch import run_many
     from uniap.runtime.plans import uniform_plan
 

@@ -1,7 +1,7 @@
 """The one decoder runs every Hugging Face decoder family's options: each family's config shrunk to a tiny
 model (runtime_cases.tiny_family) keeps its options, builds with the spec's exact parameter count, trains
-(finite loss and gradients), and refuses what it cannot run in one line. Tensor and pipeline parallel
-runs of three of them equal one process: tests/runtime/test_runtime_equality.py."""
+(finite loss and gradients), and refuses what it cannot run in one line. Gemma 3's options under tensor
+parallelism equal one process: tests/runtime/test_runtime_equality.py."""
 
 from __future__ import annotations
 
