@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from uniap.commands.options import (ATTENTION, BATCH, CLUSTER, FMT, KERNELS, MODEL, PREC, SCHED, SEQ, SOLVER,
-                                    AttentionKernel, Fmt, Kernels, Precision, Schedule, emit_json, with_engine)
+                                    AttentionKernel, Fmt, Kernels, Precision, Schedule, emit_json, resolve_precision,
+                                    with_engine)
 from uniap.errors import UniapError
 from uniap.planner import MAX_VIRTUAL_STAGES
 
@@ -28,7 +29,8 @@ class Recompute(str, Enum):
     full = "full"
 
 
-def _workload(model_name: str, cluster_text: str, global_batch: int, seq_len: Optional[int], precision: Precision,
+def _workload(model_name: str, cluster_text: str, global_batch: int, seq_len: Optional[int],
+              precision: Optional[Precision],
               profile: Optional[str] = None, kernels: Optional[Kernels] = None,
               attention: Optional[AttentionKernel] = None):
     """Model, cluster (under the flags' engine, calibrated by a profile when one is given) and workload."""
@@ -38,7 +40,7 @@ def _workload(model_name: str, cluster_text: str, global_batch: int, seq_len: Op
 
     model = load_model(model_name, seq_len)
     cluster = with_engine(load_cluster(cluster_text), kernels, attention)
-    workload = Workload(global_batch, model.seq_len, precision.value)
+    workload = Workload(global_batch, model.seq_len, resolve_precision(precision, cluster))
     if profile is not None:
         from uniap.profile import calibrate
 
@@ -46,10 +48,25 @@ def _workload(model_name: str, cluster_text: str, global_batch: int, seq_len: Op
     return model, cluster, workload
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from uniap import __version__
+
+        print(f"uniap {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _global_options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                                 help="Print the version and exit.")) -> None:
+    pass
+
+
 @app.command()
 def models(fmt: Fmt = FMT) -> None:
-    """List the model zoo (published architecture figures, no weights)."""
+    """List the model zoo (published architecture figures, no weights) and the config.json model types read."""
     from uniap.spec import load_model, zoo_names
+    from uniap.spec.hf import model_types
 
     rows = []
     for name in zoo_names():
@@ -57,8 +74,9 @@ def models(fmt: Fmt = FMT) -> None:
         c = spec.config
         rows.append({"name": name, "family": c.family, "layers": c.layers + c.decoder_layers, "hidden": c.hidden,
                      "heads": c.heads, "parameters": spec.parameters, "seq_len": spec.seq_len})
+    types = model_types()
     if fmt is Fmt.json:
-        emit_json({"models": rows})
+        emit_json({"models": rows, "config_model_types": types})
         return
     table = Table(title="model zoo")
     for col in ("name", "family", "layers", "hidden", "heads", "parameters", "seq_len"):
@@ -67,6 +85,12 @@ def models(fmt: Fmt = FMT) -> None:
         table.add_row(r["name"], r["family"], str(r["layers"]), str(r["hidden"]), str(r["heads"]),
                       f"{r['parameters'] / 1e9:.3f} B" if r["parameters"] >= 1e9 else f"{r['parameters'] / 1e6:.1f} M",
                       str(r["seq_len"]))
+    out.print(table)
+    table = Table(title="Hugging Face config.json model types (--model path/to/config.json)")
+    for col in ("model_type", "family", "implies"):
+        table.add_column(col)
+    for r in types:
+        table.add_row(r["model_type"], r["family"], r["implies"])
     out.print(table)
 
 
@@ -99,7 +123,7 @@ def estimate(
     cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="PRESET:NODESxDEVICES or a YAML file."),
     global_batch: Optional[int] = typer.Option(None, "--global-batch", "-b", help="Samples per iteration."),
     seq_len: Optional[int] = SEQ,
-    precision: Precision = PREC,
+    precision: Optional[Precision] = PREC,
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree."),
     pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree."),
     dp: Optional[int] = typer.Option(None, "--dp", help="Data-parallel degree (default: devices / (tp·pp))."),
@@ -161,7 +185,7 @@ def plan(
     cluster: str = CLUSTER,
     global_batch: int = BATCH,
     seq_len: Optional[int] = SEQ,
-    precision: Precision = PREC,
+    precision: Optional[Precision] = PREC,
     schedule: Schedule = typer.Option(Schedule.f1b, "--schedule", help="Pipeline schedule; interleaved-1f1b "
                                       "searches it together with 1f1b (slower: see the README)."),
     max_virtual_stages: int = typer.Option(MAX_VIRTUAL_STAGES, "--max-virtual-stages", help="Most chunks per stage "

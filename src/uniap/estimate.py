@@ -7,7 +7,7 @@ through `cost.tables.build_program` and `solve.program.evaluate`, so one plan ha
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import replace
 
 import numpy as np
 
@@ -117,9 +117,7 @@ def make_plan(model: ModelSpec, cluster: ClusterSpec, workload: Workload, schedu
 
 
 def _config_json(model: ModelSpec) -> dict:
-    cfg = asdict(model.config)
-    cfg["depths"] = list(cfg["depths"])
-    return cfg
+    return model.config.to_json()
 
 
 def cost_plan(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> tuple[StageProgram, np.ndarray, np.ndarray]:

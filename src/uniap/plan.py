@@ -76,11 +76,8 @@ class Plan:
         return Engine.from_json(data, Engine()) if data is not None else None
 
     def model_config(self) -> ModelConfig:
-        cfg = dict(self.model["config"])
-        if "depths" in cfg:
-            cfg["depths"] = tuple(cfg["depths"])
         try:
-            return ModelConfig(**cfg)
+            return ModelConfig(**self.model["config"])
         except TypeError as exc:
             raise UniapError(f"plan's model config is malformed: {exc}") from None
 

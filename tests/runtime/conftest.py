@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime_cases import GQA, LLAMA, LR, equality_plans, memory_plans, planned_gpt2
+from runtime_cases import GQA, LLAMA, LR, equality_plans, family_plans, memory_plans, planned_gpt2
 
 
 @pytest.fixture(scope="session")
@@ -56,7 +56,8 @@ def equality_results(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def two_rank_results(equality_results, tmp_path_factory):
-    """One 2-rank launch: resume the 4-rank checkpoint under another plan and world size; a GQA model."""
+    """One 2-rank launch: resume the 4-rank checkpoint under another plan and world size; a GQA model; a tiny
+    Hugging Face decoder family under tensor parallelism."""
     from uniap.runtime.launch import run_many
     from uniap.runtime.plans import uniform_plan
 
@@ -68,4 +69,10 @@ def two_rank_results(equality_results, tmp_path_factory):
     jobs = [{"plan": str(resume_plan), "steps": 5, "lr": LR, "check": True, "resume": True,
              "checkpoint_dir": str(equality_results["_checkpoint_dir"])},
             {"plan": str(gqa_plan), "steps": 3, "lr": LR, "check": True}]
-    return dict(zip(["resume", "gqa"], run_many(jobs, nproc=2, timeout_s=90)))
+    names = ["resume", "gqa"]
+    for name, plan in family_plans().items():
+        path = root / f"{name}.json"
+        plan.save(path)
+        names.append(name)
+        jobs.append({"plan": str(path), "steps": 3, "lr": LR, "check": True})
+    return dict(zip(names, run_many(jobs, nproc=2, timeout_s=90)))

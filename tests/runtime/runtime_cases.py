@@ -31,6 +31,25 @@ HF_GPT2 = Path(__file__).resolve().parent.parent / "data" / "hf" / "gpt2" / "con
 # hidden 64, 64 positions, and a vocabulary that tp can split (the runtime does not pad 50257 as Megatron does).
 GPT2_SHRINK = {"n_layer": 2, "n_embd": 64, "n_head": 4, "n_positions": 64, "n_ctx": 64, "vocab_size": 512}
 
+DATA = Path(__file__).resolve().parents[1] / "data" / "hf"
+FAMILY_LAYERS, FAMILY_SEQ, FAMILY_WINDOW = 6, 16, 5
+
+
+def tiny_family(folder: str) -> ModelConfig:
+    """A Hugging Face decoder family's options (tests/data/hf/<folder>) on 6 blocks of width 64: 4 heads
+    (MQA/GQA/MHA and a head_dim apart from hidden/heads kept), a window of 5 tokens on the blocks the real
+    model slides on, untied embeddings, no soft-capping."""
+    from uniap.spec import read_hf_config
+
+    cfg = read_hf_config(DATA / folder / "config.json")
+    kv = {1: 1, cfg.heads: 4}.get(cfg.n_kv_heads, 2)
+    return dataclasses.replace(
+        cfg, layers=FAMILY_LAYERS, hidden=64, heads=4, kv_heads=kv, ffn=96, vocab=128, max_seq=FAMILY_SEQ,
+        kv_channels=32 if cfg.kv_channels else 0, tied_embeddings=False, attn_softcap=0.0, logit_softcap=0.0,
+        sliding_window=FAMILY_WINDOW if cfg.sliding_layers else 0,
+        sliding_layers=tuple(i for i in cfg.sliding_layers if i < FAMILY_LAYERS))
+
+
 TOL = 1e-5
 LR = 0.05  # SGD: large enough that a wrong gradient visibly moves the parameters
 
@@ -107,12 +126,23 @@ def memory_plans():
 
 
 def planned_gpt2(root: Path) -> Path:
-    """`uniap plan` of the shrunk GPT-2 config.json on 4 CPU ranks; returns the plan's path."""
+    """`uniap plan` of the shrunk GPT-2 config.json on 4 CPU ranks in bf16 (CPU's default is fp32: the run
+    then also exercises mixed precision); returns the plan's path."""
     config = {**json.loads(HF_GPT2.read_text()), **GPT2_SHRINK}
     (root / "gpt2").mkdir(exist_ok=True)
     (root / "gpt2" / "config.json").write_text(json.dumps(config))
     out = root / "gpt2-plan.json"
     subprocess.run([sys.executable, "-m", "uniap.cli", "plan", "--model", str(root / "gpt2" / "config.json"),
-                    "--cluster", "cpu:1x4", "--global-batch", "8", "--seq-len", "32", "--out", str(out),
+                    "--cluster", "cpu:1x4", "--global-batch", "8", "--seq-len", "32", "--precision", "bf16", "--out", str(out),
                     "--format", "json"], check=True, capture_output=True, timeout=120)
     return out
+
+
+def family_plans():
+    """name -> 2-rank plan of a tiny decoder family (the 2-rank launch checks each against one process):
+    Gemma 3's head-wide q/k norms (their gradient summed over tp), sandwich norms and sliding windows under
+    tp2. The other families' options are tp-local (biases, norms of replicated tensors) or need no
+    distributed code; each job costs ~6 s here, so one covers them."""
+    from uniap.runtime.plans import uniform_plan
+
+    return {"gemma3-tp2": uniform_plan(tiny_family("gemma-3-4b"), 2, tp=2, micro_batches=2, seq_len=FAMILY_SEQ)}

@@ -69,8 +69,8 @@ def test_grouped_query_attention_tp(two_rank_results):
 
 
 def test_gpt2_config_with_tied_embeddings_plans_and_runs(equality_results):
-    """GPT-2's config.json ties its embeddings: `uniap plan` plans it (in its default bf16) and the run equals
-    one process in the same precision."""
+    """GPT-2's config.json ties its embeddings: `uniap plan` plans it (in bf16) and the run equals one process in
+    the same precision."""
     res = equality_results["gpt2-hf-planned"]
     check, tol = res["check"], precision_of(res["precision"]).check_tolerance
     assert res["precision"] == "bf16"
@@ -117,3 +117,8 @@ def test_memory_per_rank_matches_the_cost_models_per_precision_bytes(equality_re
     predicted = _predicted_bytes(memory_plans()[name], ["static", "activations"])
     assert all(m == pytest.approx(predicted, rel=0.05) for m in measured), (measured, predicted)
     assert equality_results[name]["precision"] == precision
+
+
+def test_decoder_family_options_match_one_process(two_rank_results):
+    check = two_rank_results["gemma3-tp2"]["check"]
+    assert check["max_rel_loss_diff"] <= TOL and check["max_rel_param_diff"] <= TOL

@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from uniap.commands.options import (ATTENTION, BATCH, CLUSTER, FMT, KERNELS, MODEL, PREC, SCHED, SEQ, SOLVER,
-                                    AttentionKernel, Fmt, Kernels, Precision, Schedule, emit_json, with_engine)
+                                    AttentionKernel, Fmt, Kernels, Precision, Schedule, emit_json, resolve_precision,
+                                    with_engine)
 from uniap.errors import UniapError
 from uniap.views import fmt_time
 
@@ -55,7 +56,7 @@ def compare_command(
     cluster: str = CLUSTER,
     global_batch: int = BATCH,
     seq_len: Optional[int] = SEQ,
-    precision: Precision = PREC,
+    precision: Optional[Precision] = PREC,
     methods: Optional[List[str]] = typer.Option(
         None, "--methods", help="Comma-separated (or repeated): uniap, megatron-grid, galvatron, alpa, dp, zero3 "
                                 "(default: all)."),
@@ -81,7 +82,7 @@ def compare_command(
         raise UniapError(f"global batch must be >= 1, got {global_batch}")
     spec = load_model(model, seq_len)
     clus = with_engine(load_cluster(cluster), kernels, attention)
-    workload = Workload(global_batch, spec.seq_len, _value(precision))
+    workload = Workload(global_batch, spec.seq_len, resolve_precision(precision, clus))
     result = compare(spec, clus, workload, methods=names, schedule=_value(schedule), solver=solver,
                      time_limit=time_limit)
     if _value(fmt) == "json":

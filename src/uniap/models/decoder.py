@@ -1,4 +1,5 @@
-"""Decoder-only transformers (GPT-2 and Llama families) as a chain of separately placeable layers.
+"""Decoder-only transformers (GPT-2, Llama and the Hugging Face dense decoder families) as a chain of
+separately placeable layers.
 
 The chain matches the planner's: index 0 is `embed`, 1..L are `block.0` .. `block.{L-1}`, L+1 is `head`
 (final norm + LM projection; the loss is computed outside, see `lm_loss`). Every layer is its own
@@ -19,6 +20,12 @@ so any process can build any subset of layers and get the same numbers.
 Attention is written so tensor parallelism can split it: separate q/k/v projections (column-split by
 heads) and an output projection (row-split); head counts are read from the local tensor shapes, and
 attention runs on local (per-rank) tensors with `F.scaled_dot_product_attention`.
+
+The families differ only in ModelConfig options, each an option of the one block here: q/k/v, output and
+MLP biases; LayerNorm with or without bias, or RMSNorm; the MLP activation, gated or not; q/k norms (per
+head, per-head weights, over all heads); norms before and/or after each sublayer; parallel residual with
+one or two norms; partial rotary; sliding-window layers. What it cannot run (attention or logit
+soft-capping) is refused in one line naming the feature.
 """
 
 from __future__ import annotations
@@ -26,15 +33,18 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from uniap.errors import UniapError
+from uniap.spec.families import DECODER_FAMILIES as FAMILIES
 from uniap.spec.model import ModelConfig
 
-FAMILIES = ("gpt2", "llama")
 INIT_STD = 0.02
+_ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+                "relu": F.relu}
 
 
 def layer_names(config: ModelConfig) -> list[str]:
@@ -51,6 +61,11 @@ def check_supported(config: ModelConfig) -> None:
         raise UniapError(f"hidden {config.hidden} is not divisible by heads {config.heads}")
     if config.heads % config.n_kv_heads:
         raise UniapError(f"heads {config.heads} not divisible by kv_heads {config.n_kv_heads}")
+    unsupported = {"attention logit soft-capping": config.attn_softcap, "final logit soft-capping":
+                   config.logit_softcap}
+    for feature, used in unsupported.items():
+        if used:
+            raise UniapError(f"{feature} ({config.name}) is not supported by `uniap run`")
 
 
 class Layer(nn.Module):
@@ -71,48 +86,128 @@ class Layer(nn.Module):
         raise NotImplementedError
 
 
-def _norm(config: ModelConfig) -> nn.Module:
+def _norm(config: ModelConfig, width: int | None = None) -> nn.Module:
+    width = config.hidden if width is None else width
     if config.norm == "rmsnorm":
-        return nn.RMSNorm(config.hidden, eps=1e-5)
-    return nn.LayerNorm(config.hidden, eps=1e-5, bias=config.bias)
+        return nn.RMSNorm(width, eps=1e-5)
+    return nn.LayerNorm(width, eps=1e-5, bias=config.norm_bias)
 
 
-def _rope(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
-    """Rotary position embedding on (B, heads, T, head_dim), half-split convention."""
+class HeadwiseNorm(nn.Module):
+    """Cohere's q/k norm: each head normalised over its width, with its own weight (heads × head_dim)."""
+
+    def __init__(self, config: ModelConfig, heads: int):
+        super().__init__()
+        self.rms = config.norm == "rmsnorm"
+        self.weight = nn.Parameter(torch.ones(heads, config.head_dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, heads, T, head_dim)
+        if not self.rms:
+            x = x - x.mean(-1, keepdim=True)
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+        return x * self.weight[None, :, None, :].to(x.dtype)
+
+
+class _SumGradOverGroup(torch.autograd.Function):
+    """Identity forward; backward sums the gradient over a process group. A weight replicated over the
+    tensor-parallel group but applied to each rank's own heads (a head-wide q/k norm) gets only its heads'
+    share of the gradient on each rank; summing restores the full one."""
+
+    @staticmethod
+    def forward(ctx, weight: torch.Tensor, group) -> torch.Tensor:
+        ctx.group = group
+        return weight.view_as(weight)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad, None
+
+
+class HeadNorm(nn.Module):
+    """A norm over each head's width with one weight shared by the heads (Qwen3, Gemma 3), on
+    (B, heads, T, head_dim). `tp_group`, set by tensor parallelism, sums its weight's gradient over the
+    ranks that hold the other heads."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.norm = _norm(config, config.head_dim)
+        self.tp_group = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.tp_group is None:
+            return self.norm(x)
+        weight = _SumGradOverGroup.apply(self.norm.weight, self.tp_group)
+        bias = getattr(self.norm, "bias", None)
+        bias = None if bias is None else _SumGradOverGroup.apply(bias, self.tp_group)
+        if isinstance(self.norm, nn.RMSNorm):
+            return F.rms_norm(x, self.norm.normalized_shape, weight, self.norm.eps)
+        return F.layer_norm(x, self.norm.normalized_shape, weight, bias, self.norm.eps)
+
+
+def _rope(x: torch.Tensor, fraction: float = 1.0, base: float = 10000.0) -> torch.Tensor:
+    """Rotary position embedding on (B, heads, T, head_dim), half-split convention, over the first
+    `fraction` of each head (GPT-NeoX's partial rotary; the rest passes through)."""
     _, _, t, d = x.shape
-    half = d // 2
+    rot = int(d * fraction) // 2 * 2
+    half = rot // 2
     inv = 1.0 / (base ** (torch.arange(0, half, dtype=torch.float32, device=x.device) / half))
     ang = torch.arange(t, dtype=torch.float32, device=x.device)[:, None] * inv[None, :]
     cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+    x1, x2, rest = x[..., :half], x[..., half:rot], x[..., rot:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos, rest], dim=-1)
+
+
+def _band(t: int, window: int, device) -> torch.Tensor:
+    """Causal sliding-window mask (True = attend): query i sees keys i-window+1 .. i."""
+    i = torch.arange(t, device=device)[:, None]
+    j = torch.arange(t, device=device)[None, :]
+    return (j <= i) & (i - j < window)
 
 
 class Attention(nn.Module):
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, window: int = 0):
         super().__init__()
         h, hd = config.hidden, config.head_dim
-        self.head_dim = hd
+        self.head_dim, self.window = hd, window
         self.rope = not config.learned_positions
-        self.q = nn.Linear(h, config.heads * hd, bias=config.bias)
-        self.k = nn.Linear(h, config.n_kv_heads * hd, bias=config.bias)
-        self.v = nn.Linear(h, config.n_kv_heads * hd, bias=config.bias)
-        self.o = nn.Linear(config.heads * hd, h, bias=config.bias)
+        self.rotary_fraction = config.rotary_fraction
+        self.q = nn.Linear(h, config.heads * hd, bias=config.qkv_bias)
+        self.k = nn.Linear(h, config.n_kv_heads * hd, bias=config.qkv_bias)
+        self.v = nn.Linear(h, config.n_kv_heads * hd, bias=config.qkv_bias)
+        self.o = nn.Linear(config.heads * hd, h, bias=config.out_bias)
+        self.qk_norm = config.qk_norm
+        if self.qk_norm == "head":  # one head_dim-wide norm shared by the heads (Qwen3, Gemma 3)
+            self.q_norm, self.k_norm = HeadNorm(config), HeadNorm(config)
+        elif self.qk_norm == "heads":  # a weight per head (Cohere)
+            self.q_norm, self.k_norm = HeadwiseNorm(config, config.heads), HeadwiseNorm(config, config.n_kv_heads)
+        elif self.qk_norm == "full":  # over all heads' width, before the split into heads (OLMo 2)
+            self.q_norm = _norm(config, config.heads * hd)
+            self.k_norm = _norm(config, config.n_kv_heads * hd)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
         hd = self.head_dim
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        if self.qk_norm == "full":
+            q, k = self.q_norm(q), self.k_norm(k)
         # Head counts come from the (possibly tensor-parallel, local) projection outputs.
-        q = self.q(x).view(b, t, -1, hd).transpose(1, 2)
-        k = self.k(x).view(b, t, -1, hd).transpose(1, 2)
-        v = self.v(x).view(b, t, -1, hd).transpose(1, 2)
+        q = q.view(b, t, -1, hd).transpose(1, 2)
+        k = k.view(b, t, -1, hd).transpose(1, 2)
+        v = v.view(b, t, -1, hd).transpose(1, 2)
+        if self.qk_norm in ("head", "heads"):
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.rope:
-            q, k = _rope(q), _rope(k)
+            q, k = _rope(q, self.rotary_fraction), _rope(k, self.rotary_fraction)
         if k.shape[1] != q.shape[1]:  # grouped-query attention
             rep = q.shape[1] // k.shape[1]
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if 0 < self.window < t:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=_band(t, self.window, x.device))
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         y = y.transpose(1, 2).reshape(b, t, -1)
         return self.o(y)
 
@@ -121,18 +216,20 @@ class MLP(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.gated = config.gated_mlp
-        if self.gated:  # SwiGLU: down(silu(gate(x)) * up(x))
-            self.gate = nn.Linear(config.hidden, config.ffn, bias=config.bias)
-            self.up = nn.Linear(config.hidden, config.ffn, bias=config.bias)
-            self.down = nn.Linear(config.ffn, config.hidden, bias=config.bias)
+        self.act = _ACTIVATIONS[config.activation]
+        b = config.mlp_bias
+        if self.gated:  # SwiGLU / GeGLU: down(act(gate(x)) * up(x))
+            self.gate = nn.Linear(config.hidden, config.ffn, bias=b)
+            self.up = nn.Linear(config.hidden, config.ffn, bias=b)
+            self.down = nn.Linear(config.ffn, config.hidden, bias=b)
         else:
-            self.fc = nn.Linear(config.hidden, config.ffn, bias=config.bias)
-            self.proj = nn.Linear(config.ffn, config.hidden, bias=config.bias)
+            self.fc = nn.Linear(config.hidden, config.ffn, bias=b)
+            self.proj = nn.Linear(config.ffn, config.hidden, bias=b)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gated:
-            return self.down(F.silu(self.gate(x)) * self.up(x))
-        return self.proj(F.gelu(self.fc(x), approximate="tanh"))
+            return self.down(self.act(self.gate(x)) * self.up(x))
+        return self.proj(self.act(self.fc(x)))
 
 
 class Embed(Layer):
@@ -155,16 +252,33 @@ class Embed(Layer):
 
 
 class Block(Layer):
-    def __init__(self, config: ModelConfig):
+    """One transformer block. `norm1`/`norm2` precede attention/MLP, `post_norm1`/`post_norm2` follow them
+    (OLMo 2: only those; Gemma 2/3: both); a parallel block adds both sublayers to its input, from one
+    shared `norm1` (Falcon-7B, Cohere) or from two norms (GPT-NeoX)."""
+
+    def __init__(self, config: ModelConfig, block: int = 0):
         super().__init__()
-        self.norm1 = _norm(config)
-        self.attn = Attention(config)
-        self.norm2 = _norm(config)
+        pre = config.block_norms in ("pre", "sandwich")
+        post = config.block_norms in ("post", "sandwich")
+        self.parallel = config.parallel_residual
+        self.norm1 = _norm(config) if pre else None
+        self.norm2 = _norm(config) if pre and not config.shared_norm else None
+        self.post_norm1 = _norm(config) if post else None
+        self.post_norm2 = _norm(config) if post else None
+        self.attn = Attention(config, config.window_of(block))
         self.mlp = MLP(config)
 
+    @staticmethod
+    def _maybe(norm: nn.Module | None, x: torch.Tensor) -> torch.Tensor:
+        return x if norm is None else norm(x)
+
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
+        if self.parallel:
+            a = self.norm1(x)
+            m = a if self.norm2 is None else self.norm2(x)
+            return x + self.attn(a) + self.mlp(m)
+        x = x + self._maybe(self.post_norm1, self.attn(self._maybe(self.norm1, x)))
+        return x + self._maybe(self.post_norm2, self.mlp(self._maybe(self.norm2, x)))
 
 
 class Head(Layer):
@@ -198,7 +312,7 @@ def init_layer(module: nn.Module, seed: int, index: int) -> None:
     for name, p in sorted(module.named_parameters(), key=lambda kv: kv[0]):
         leaf = name.rsplit(".", 1)[-1]
         owner = module.get_submodule(name.rsplit(".", 1)[0]) if "." in name else module
-        if isinstance(owner, (nn.LayerNorm, nn.RMSNorm)):
+        if isinstance(owner, (nn.LayerNorm, nn.RMSNorm, HeadwiseNorm)):
             p.copy_(torch.ones_like(p) if leaf == "weight" else torch.zeros_like(p))
         elif leaf == "bias":
             p.zero_()
@@ -215,7 +329,7 @@ def build_layer(config: ModelConfig, index: int, seed: int) -> Layer:
     if index == 0:
         mod: Layer = Embed(config)
     elif 1 <= index <= config.layers:
-        mod = Block(config)
+        mod = Block(config, index - 1)
     elif index == config.layers + 1:
         mod = Head(config)
     else:

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -72,7 +71,7 @@ def profile_model(config: ModelConfig, seq_len: int, nproc: int | None = None, *
     nproc = default_nproc() if nproc is None else int(nproc)
     sizes = sorted({int(m) for m in micro_batch_sizes})
     check_request(config, seq_len, nproc, sizes, reps, warmup, passes)
-    spec = {"config": asdict(config), "seq_len": int(seq_len), "micro_batch_sizes": sizes, "reps": int(reps),
+    spec = {"config": config.to_json(), "seq_len": int(seq_len), "micro_batch_sizes": sizes, "reps": int(reps),
             "warmup": int(warmup), "timeout_s": float(timeout_s), "max_tp": max_tp, "seed": int(seed),
             "collective_sizes": collective_sizes, "rep_seconds": float(rep_seconds),
             "passes": int(passes)}
@@ -179,7 +178,7 @@ def assemble(raw: dict, config: ModelConfig, seq_len: int, world: int, spec: dic
         "schema": SCHEMA,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "model": {"name": config.name, "fingerprint": model_fingerprint(config, seq_len), "seq_len": int(seq_len),
-                  "config": {**asdict(config), "depths": list(config.depths)}},
+                  "config": config.to_json()},
         "world_size": int(world),
         "device": {"kind": "cuda" if cuda else "cpu", "name": raw.get("device_name", ""),
                    "backend": raw.get("backend", ""), "cores": os.cpu_count(),

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -293,7 +293,7 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
     result = {"rows": rows, **statistics(rows)}
     timings["total_s"] = time.perf_counter() - started
     result.update({
-        "model": {"name": config.name, "config": asdict(config), "seq_len": seq_len, "parameters": model.parameters},
+        "model": {"name": config.name, "config": config.to_json(), "seq_len": seq_len, "parameters": model.parameters},
         "cluster": cluster.name, "global_batch": global_batch, "steps": steps, "rounds": rounds,
         "statistic": f"measured: median over rounds of the step times after each run's first {WARMUP_STEPS} "
                      f"steps (a step's time is the slowest rank's)",

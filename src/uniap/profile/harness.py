@@ -339,10 +339,7 @@ class Harness:
 
 def run_profile(spec: dict, rank: int, world: int, device: torch.device, progress=None) -> dict | None:
     """Measure everything `work_items` lists; rank 0 returns the raw measurements (others None)."""
-    cfg = dict(spec["config"])
-    if "depths" in cfg:
-        cfg["depths"] = tuple(cfg["depths"])
-    config = ModelConfig(**cfg)
+    config = ModelConfig(**spec["config"])
     seq_len = int(spec["seq_len"])
     torch.manual_seed(int(spec.get("seed", 0)))
     h = Harness(config, seq_len, world, rank, device, micro_batch_sizes=spec["micro_batch_sizes"],

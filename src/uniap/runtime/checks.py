@@ -84,6 +84,9 @@ def check_plan(plan: Plan, world_size: int) -> RunShape:
                 need = {"vocab": config.vocab}
             else:
                 need = {"heads": config.heads, "kv_heads": config.n_kv_heads, "ffn": config.ffn}
+                if config.qk_norm in ("heads", "full"):
+                    raise UniapError(f"layer {layer.name}: tp {st.tp} with q/k norms over several heads "
+                                     f"(qk_norm={config.qk_norm!r}) is not supported by `uniap run`")
             for what, size in need.items():
                 if size % st.tp:
                     raise UniapError(f"layer {layer.name}: tp {st.tp} does not divide {what} {size}")

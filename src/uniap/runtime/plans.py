@@ -7,26 +7,20 @@ i*d .. i*d+d-1 (d = world / pp).
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import replace
 
 from uniap.errors import UniapError
 from uniap.models.decoder import check_supported, layer_names
 from uniap.plan import LayerPlan, Plan, StagePlan
+from uniap.spec.families import build_layers
 from uniap.spec.model import ModelConfig
 from uniap.strategies import Strategy
 
 
 def decoder_parameters(config: ModelConfig) -> int:
-    """Parameter count of `uniap.models.decoder` for this config (no weights built); a tied embedding counts once."""
-    h, f, v, b = config.hidden, config.ffn, config.vocab, int(config.bias)
-    hd, kv = config.head_dim, config.n_kv_heads
-    norm = h * (2 if (config.norm != "rmsnorm" and config.bias) else 1)
-    attn = h * config.heads * hd * 2 + h * kv * hd * 2 + b * (config.heads * hd + 2 * kv * hd + h)
-    mlp = (3 * h * f + b * (2 * f + h)) if config.gated_mlp else (2 * h * f + b * (f + h))
-    embed = v * h + (config.max_seq * h if config.learned_positions else 0)
-    head = norm + h * v
-    tied = v * h if config.tied_embeddings else 0
-    return embed + config.layers * (2 * norm + attn + mlp) + head - tied
+    """Parameter count of `uniap.models.decoder` for this config (no weights built): the spec's count, which
+    the decoder matches option for option (tests/runtime/test_runtime_units.py)."""
+    return build_layers(config, 1).parameters
 
 
 def _even_split(n: int, parts: int) -> list[int]:
@@ -94,7 +88,7 @@ def uniform_plan(config: ModelConfig, world: int, *, pp: int = 1, dp: int | None
                                 chunks=mine if virtual_stages > 1 else ()))
     plan = Plan(
         model={"name": config.name, "layers": n, "parameters": decoder_parameters(config), "seq_len": seq_len,
-               "config": asdict(config)},
+               "config": config.to_json()},
         cluster={"name": "local", "devices": world, "nodes": 1, "devices_per_node": world},
         workload={"global_batch": global_batch, "seq_len": seq_len, "precision": precision},
         pipeline={"degree": pp, "micro_batches": micro_batches, "schedule": schedule,

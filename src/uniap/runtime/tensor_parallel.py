@@ -3,7 +3,8 @@ sequence parallelism (Strategy.sp, as torchtitan lays it out).
 
 - block: q/k/v column-split (by heads; GQA kv heads split too), o row-split; MLP fc (gate/up)
   column-split, proj (down) row-split. Attention runs on the local heads (plain tensors), so no DTensor
-  sharding rule for attention is needed.
+  sharding rule for attention is needed. A head-wide q/k norm stays replicated; its weight gradient is summed
+  over the tp group (each rank applies it to its own heads only).
   - tp: norms replicated plain tensors; the block takes and returns plain tensors replicated over tp
     (one all-reduce after attention and one after the MLP, forward; their adjoints backward).
   - tp + sp: the block takes and returns its rank's slice of the sequence (dim 1; the residual stream and
@@ -27,7 +28,7 @@ from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel,
                                                parallelize_module)
 
-from uniap.models.decoder import Block, Embed, Head
+from uniap.models.decoder import Block, Embed, Head, HeadNorm
 
 SEQ = Shard(1)  # the sequence dimension of a (batch, sequence, hidden) activation
 
@@ -49,6 +50,9 @@ def _block_plan(layer: Block, sp: bool) -> dict:
 def apply_tensor_parallel(layer: nn.Module, tp_mesh: DeviceMesh, sp: bool = False) -> nn.Module:
     if isinstance(layer, Block):
         plan = _block_plan(layer, sp)
+        for norm in (getattr(layer.attn, "q_norm", None), getattr(layer.attn, "k_norm", None)):
+            if isinstance(norm, HeadNorm):  # replicated, applied to local heads: sum its gradient over tp
+                norm.tp_group = tp_mesh.get_group()
     elif isinstance(layer, Embed):
         plan = {"tok": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())}
     elif isinstance(layer, Head):

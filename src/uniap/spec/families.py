@@ -59,14 +59,17 @@ from uniap.errors import UniapError
 from uniap.spec.model import LayerSpec, ModelConfig, ModelSpec
 from uniap.spec.ops import Attention, Elementwise, Gemm
 
-FAMILIES = ("gpt2", "llama", "bert", "t5", "vit", "swin")
-TEXT_FAMILIES = ("gpt2", "llama", "bert", "t5")
+# Decoder-only language models: embed, blocks, head. Besides gpt2 and llama (the zoo's), the Hugging Face
+# model_types spec.hf reads; they differ only in ModelConfig options (biases, norms, qk-norm, parallel
+# residual, sliding windows), never in code of their own.
+DECODER_FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3", "gpt_neox",
+                    "falcon", "olmo2", "starcoder2", "cohere")
+FAMILIES = DECODER_FAMILIES + ("bert", "t5", "vit", "swin")
+TEXT_FAMILIES = DECODER_FAMILIES + ("bert", "t5")
 VISION_FAMILIES = ("vit", "swin")
-
-# Which families train with dropout (HF defaults: GPT-2 resid/attn/embd_pdrop 0.1, BERT
-# hidden/attention_probs_dropout_prob 0.1, T5 dropout_rate 0.1; Llama has none; HF ViT and Swin default
-# to 0.0, as do Galvatron's ViT-Huge and Swin-Huge configs).
-DROPOUT = {"gpt2": True, "bert": True, "t5": True, "llama": False, "vit": False, "swin": False}
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu")
+QK_NORMS = ("", "head", "heads", "full")
+BLOCK_NORMS = ("pre", "post", "sandwich")
 
 # T5 relative-attention buckets (HF T5Config.relative_attention_num_buckets default, 32 in every
 # released T5 / T5 v1.1 checkpoint). The bias table (buckets × heads) lives in the first block of the
@@ -94,75 +97,104 @@ class _Fig:
 
 
 def _norm_params(cfg: ModelConfig, width: int) -> int:
-    # LayerNorm: weight + bias; RMSNorm (Llama, T5's T5LayerNorm): weight only.
-    return width if cfg.norm == "rmsnorm" else 2 * width
+    # LayerNorm: weight + bias (Cohere's: weight only); RMSNorm (Llama, T5's T5LayerNorm): weight only.
+    return 2 * width if cfg.norm == "layernorm" and cfg.norm_bias else width
+
+
+def _qk_norm_params(cfg: ModelConfig, q_w: int, kv_w: int, d: int) -> tuple[int, int]:
+    """(parameters, of which tp shards) of the query and key norms: one d-wide weight each, shared by the
+    heads and replicated under tp (Qwen3, Gemma 3), or one per head / over all heads, split with the
+    heads (Cohere, OLMo 2)."""
+    if cfg.qk_norm == "head":
+        return 2 * _norm_params(cfg, d), 0
+    if cfg.qk_norm:
+        both = _norm_params(cfg, q_w) + _norm_params(cfg, kv_w)
+        return both, both
+    return 0, 0
 
 
 def _attention(cfg: ModelConfig, s: int, h: int, heads: int, kv_heads: int, d: int, *, dropout: bool,
-               causal: bool = False, windows: tuple[int, int] | None = None) -> _Fig:
+               causal: bool = False, windows: tuple[int, int] | None = None, window: int = 0,
+               pre_norm: bool = True, post_norm: bool = False) -> _Fig:
     """Attention sublayer: norm, QKV, scores, output projection, residual dropout (pre- or post-norm
     keep the same tensors: a norm input, the QKV input, ...).
 
     `windows`: (number of windows, tokens per window) for Swin's window attention; None for full attention
     over the s tokens (query-key pairs per head: s², or windows × w⁴).
-    T5 cross-attention has the same figures: its K and V read the encoder output (same length s here)
-    instead of the norm output, and that tensor is shared by every decoder block of a stage, so it is
-    not counted per block either way.
+    `window`: a causal sliding window (Mistral, Gemma 2/3 local layers) shorter than s makes each query
+    see `window` keys: s·window pairs, priced as a band (not causal-halved) by the cost model.
+    `pre_norm` / `post_norm`: a norm before the sublayer and/or after it (OLMo 2, Gemma 2/3); each keeps
+    its input. T5 cross-attention has the same figures: its K and V read the encoder output (same length
+    s here) instead of the norm output, and that tensor is shared by every decoder block of a stage, so it
+    is not counted per block either way.
     """
     q_w, kv_w = heads * d, kv_heads * d
     queries, keys = (s, s) if windows is None else (windows[0] * windows[1], windows[1])
+    if 0 < window < s:
+        keys, causal = window, False
     pairs = queries * keys
     D = 1 if dropout else 0
     mats = h * q_w + 2 * h * kv_w + q_w * h
-    col_bias = (q_w + 2 * kv_w) if cfg.bias else 0
-    row_bias = h if cfg.bias else 0
+    col_bias = (q_w + 2 * kv_w) if cfg.qkv_bias else 0
+    row_bias = h if cfg.out_bias else 0
+    qk_params, qk_tp = _qk_norm_params(cfg, q_w, kv_w, d)
+    norms = int(pre_norm) + int(post_norm)
     return _Fig(
-        params=_norm_params(cfg, h) + mats + col_bias + row_bias,
-        tp_params=mats + col_bias,
+        params=norms * _norm_params(cfg, h) + mats + col_bias + row_bias + qk_params,
+        tp_params=mats + col_bias + qk_tp,
         flops=2.0 * s * h * (q_w + 2 * kv_w) + 2.0 * 2.0 * pairs * q_w + 2.0 * s * q_w * h,
-        # Q, K, V and the output-projection input
-        act_tp=2.0 * s * q_w + 2.0 * 2 * s * kv_w + 2.0 * s * q_w,
-        # norm input, QKV input, residual-dropout mask
-        act_other=2.0 * s * h + 2.0 * s * h + D * s * h,
+        # Q, K, V and the output-projection input (+ Q and K before their norms)
+        act_tp=2.0 * s * q_w + 2.0 * 2 * s * kv_w + 2.0 * s * q_w + (2.0 * s * (q_w + kv_w) if cfg.qk_norm else 0.0),
+        # QKV input, each norm's input, residual-dropout mask (no pre-norm: QKV reads the block input)
+        act_other=2.0 * s * h + 2.0 * s * h * norms + D * s * h,
         act_scores=(2 + 3 * D) * heads * float(pairs),
         comm=s * h,
-        ops=(_norm_op(cfg, s * h), Gemm(s, h, q_w + 2 * kv_w, "n"))
-        + ((Elementwise("rotary", s * (q_w + kv_w), tp_sharded=True),) if _rotary(cfg) else ())
+        ops=((_norm_op(cfg, s * h),) if pre_norm else ()) + (Gemm(s, h, q_w + 2 * kv_w, "n"),)
+        + ((_norm_op(cfg, s * (q_w + kv_w), tp_sharded=True),) if cfg.qk_norm else ())
+        + ((Elementwise("rotary", s * (q_w + kv_w) * cfg.rotary_fraction, tp_sharded=True),) if _rotary(cfg) else ())
         + (Attention(heads, d, queries, keys, causal), Gemm(s, q_w, h, "k"))
+        + ((_norm_op(cfg, s * h),) if post_norm else ())
         + ((Elementwise("dropout", s * h),) if dropout else ()) + (Elementwise("residual", s * h),),
     )
 
 
-def _norm_op(cfg: ModelConfig, elems: float) -> Elementwise:
-    return Elementwise("rmsnorm" if cfg.norm == "rmsnorm" else "norm", elems)
+def _norm_op(cfg: ModelConfig, elems: float, *, tp_sharded: bool = False) -> Elementwise:
+    return Elementwise("rmsnorm" if cfg.norm == "rmsnorm" else "norm", elems, tp_sharded=tp_sharded)
 
 
 def _rotary(cfg: ModelConfig) -> bool:
-    """Llama-style models rotate queries and keys (RoPE); the others add positions to the embeddings or,
-    T5, a bias to the scores."""
-    return cfg.family == "llama"
+    """RoPE decoders (all but GPT-2) rotate queries and keys; the others add positions to the embeddings
+    or, T5, a bias to the scores."""
+    return cfg.family in DECODER_FAMILIES and cfg.family != "gpt2"
 
 
-def _ffn(cfg: ModelConfig, s: int, h: int, f: int, *, dropout: bool, inner_dropout: bool = False) -> _Fig:
-    """Norm + MLP (two matrices, or three for a gated MLP) + residual dropout."""
+def _ffn(cfg: ModelConfig, s: int, h: int, f: int, *, dropout: bool, inner_dropout: bool = False,
+         pre_norm: bool = True, post_norm: bool = False, shared_input: bool = False) -> _Fig:
+    """Norm + MLP (two matrices, or three for a gated MLP) + residual dropout.
+
+    `shared_input`: a parallel-residual block whose attention already keeps this sublayer's first input
+    (the block input its own norm reads, or the one shared norm's output fc1 reads): 2·s·h fewer bytes.
+    """
     n_in = 2 if cfg.gated_mlp else 1  # column-parallel input matrices (gate and up, or fc1)
     D = 1 if dropout else 0
     mats = (n_in + 1) * h * f
-    col_bias = n_in * f if cfg.bias else 0
-    row_bias = h if cfg.bias else 0
+    col_bias = n_in * f if cfg.mlp_bias else 0
+    row_bias = h if cfg.mlp_bias else 0
     kept = (6.0 if cfg.gated_mlp else 4.0) * s * f + (s * f if inner_dropout else 0.0)
+    norms = int(pre_norm) + int(post_norm)
     return _Fig(
-        params=_norm_params(cfg, h) + mats + col_bias + row_bias,
+        params=norms * _norm_params(cfg, h) + mats + col_bias + row_bias,
         tp_params=mats + col_bias,
         flops=2.0 * s * h * f * (n_in + 1),
         act_tp=kept,
-        act_other=2.0 * s * h + 2.0 * s * h + D * s * h,  # norm input, fc1 input, dropout mask
+        # fc1 input, each norm's input, dropout mask
+        act_other=2.0 * s * h + 2.0 * s * h * norms + D * s * h - (2.0 * s * h if shared_input else 0.0),
         comm=s * h,
-        ops=(_norm_op(cfg, s * h), Gemm(s, h, f, "n", count=n_in),
+        ops=((_norm_op(cfg, s * h),) if pre_norm else ()) + (Gemm(s, h, f, "n", count=n_in),
              Elementwise("swiglu" if cfg.gated_mlp else "bias_gelu", s * f, tp_sharded=True))
         + ((Elementwise("dropout", s * f, tp_sharded=True),) if inner_dropout else ())
-        + (Gemm(s, f, h, "k"),) + ((Elementwise("dropout", s * h),) if dropout else ())
-        + (Elementwise("residual", s * h),),
+        + (Gemm(s, f, h, "k"),) + ((_norm_op(cfg, s * h),) if post_norm else ())
+        + ((Elementwise("dropout", s * h),) if dropout else ()) + (Elementwise("residual", s * h),),
     )
 
 
@@ -208,6 +240,7 @@ def check_config(cfg: ModelConfig) -> None:
         raise _fail(cfg, f"hidden {cfg.hidden} is not a multiple of {cfg.heads} heads (set kv_channels)")
     if cfg.norm not in ("layernorm", "rmsnorm"):
         raise _fail(cfg, f"norm must be 'layernorm' or 'rmsnorm', got {cfg.norm!r}")
+    _check_decoder_options(cfg)
     if cfg.family in TEXT_FAMILIES:
         if cfg.vocab < 1:
             raise _fail(cfg, f"a text model needs a vocabulary, got vocab={cfg.vocab}")
@@ -226,6 +259,34 @@ def check_config(cfg: ModelConfig) -> None:
             raise _fail(cfg, f"layers {cfg.layers} != sum of depths {sum(cfg.depths)}")
         if cfg.window < 1:
             raise _fail(cfg, f"window must be positive, got {cfg.window}")
+
+
+def _check_decoder_options(cfg: ModelConfig) -> None:
+    """The options only decoder blocks have, each in its range."""
+    if cfg.activation not in ACTIVATIONS:
+        raise _fail(cfg, f"activation must be one of {', '.join(ACTIVATIONS)}, got {cfg.activation!r}")
+    if cfg.qk_norm not in QK_NORMS:
+        raise _fail(cfg, f"qk_norm must be one of {', '.join(repr(k) for k in QK_NORMS)}, got {cfg.qk_norm!r}")
+    if cfg.block_norms not in BLOCK_NORMS:
+        raise _fail(cfg, f"block_norms must be one of {', '.join(BLOCK_NORMS)}, got {cfg.block_norms!r}")
+    if cfg.shared_norm and not cfg.parallel_residual:
+        raise _fail(cfg, "shared_norm needs parallel_residual (one norm feeding attention and MLP side by side)")
+    if cfg.parallel_residual and cfg.block_norms != "pre":
+        raise _fail(cfg, f"a parallel-residual block has pre-norms only, got block_norms={cfg.block_norms!r}")
+    if not 0.0 < cfg.rotary_fraction <= 1.0:
+        raise _fail(cfg, f"rotary_fraction must be in (0, 1], got {cfg.rotary_fraction!r}")
+    if cfg.sliding_window < 0 or cfg.attn_softcap < 0 or cfg.logit_softcap < 0:
+        raise _fail(cfg, "sliding_window, attn_softcap and logit_softcap must not be negative")
+    if bool(cfg.sliding_layers) != bool(cfg.sliding_window):
+        raise _fail(cfg, f"sliding_window {cfg.sliding_window} and sliding_layers {list(cfg.sliding_layers)} "
+                         "must be set together")
+    if any(not 0 <= i < cfg.layers for i in cfg.sliding_layers):
+        raise _fail(cfg, f"sliding_layers must be block indices 0..{cfg.layers - 1}, got {list(cfg.sliding_layers)}")
+    decoder_only = {"qk_norm": cfg.qk_norm != "", "block_norms": cfg.block_norms != "pre",
+                    "parallel_residual": cfg.parallel_residual, "sliding_window": bool(cfg.sliding_window)}
+    used = [name for name, on in decoder_only.items() if on]
+    if used and cfg.family not in DECODER_FAMILIES:
+        raise _fail(cfg, f"{', '.join(used)} apply to decoder families only")
 
 
 def check_seq_len(cfg: ModelConfig, seq_len: int) -> None:
@@ -249,8 +310,8 @@ def build_layers(config: ModelConfig, seq_len: int) -> ModelSpec:
     if config.family in VISION_FAMILIES:
         seq_len = vision_tokens(config)
     check_seq_len(config, seq_len)
-    builder = {"gpt2": _decoder, "llama": _decoder, "bert": _bert, "t5": _t5, "vit": _vit, "swin": _swin}
-    layers, tied = builder[config.family](config, seq_len)
+    builder = {"bert": _bert, "t5": _t5, "vit": _vit, "swin": _swin}.get(config.family, _decoder)
+    layers, tied = builder(config, seq_len)
     return ModelSpec(config=config, seq_len=seq_len, layers=tuple(layers), tied_params=tied)
 
 
@@ -261,7 +322,7 @@ def _text_embed(cfg: ModelConfig, s: int, *, streams: int = 1) -> LayerSpec:
     Keeps for backward only the token ids (the gradient of a look-up needs nothing else), BERT's
     LayerNorm input and the embedding-dropout mask.
     """
-    h, D = cfg.hidden, 1 if DROPOUT[cfg.family] else 0
+    h, D = cfg.hidden, 1 if cfg.dropout else 0
     params = cfg.vocab * h
     if cfg.learned_positions:
         params += cfg.max_seq * h  # the whole position table, whatever seq_len is used
@@ -307,25 +368,34 @@ def _lm_head(cfg: ModelConfig, s: int, *, transform: bool = False, final_dropout
     return _layer("head", "head", fig, tokens=s, width=h, act_input=2.0 * s * h, out_elems=0)
 
 
-def _std_block(cfg: ModelConfig, name: str, s: int, *, extra: _Fig | None = None) -> LayerSpec:
-    h, D = cfg.hidden, DROPOUT[cfg.family]
-    causal = cfg.family in ("gpt2", "llama")  # decoders; BERT and ViT attend both ways
-    fig = (_attention(cfg, s, h, cfg.heads, cfg.n_kv_heads, cfg.head_dim, dropout=D, causal=causal)
-           + _ffn(cfg, s, h, cfg.ffn, dropout=D))
-    if extra is not None:
-        fig = fig + extra
+def _std_block(cfg: ModelConfig, name: str, s: int, *, block: int = 0) -> LayerSpec:
+    """A transformer block; decoders causal, with their family's options (block index `block` picks its
+    attention window), BERT and ViT bidirectional and plain pre-norm."""
+    h, D = cfg.hidden, cfg.dropout
+    d, a, g, f = cfg.head_dim, cfg.heads, cfg.n_kv_heads, cfg.ffn
+    if cfg.family not in DECODER_FAMILIES:
+        fig = _attention(cfg, s, h, a, g, d, dropout=D) + _ffn(cfg, s, h, f, dropout=D)
+    else:
+        pre, post = cfg.block_norms in ("pre", "sandwich"), cfg.block_norms in ("post", "sandwich")
+        fig = (_attention(cfg, s, h, a, g, d, dropout=D, causal=True, window=cfg.window_of(block), pre_norm=pre,
+                          post_norm=post)
+               + _ffn(cfg, s, h, f, dropout=D, pre_norm=pre and not cfg.shared_norm, post_norm=post,
+                      shared_input=cfg.parallel_residual))
     return _layer(name, "block", fig, tokens=s, width=h, act_input=2.0 * s * h, out_elems=s * h,
-                  divides=_block_divides(cfg.heads, cfg.n_kv_heads, cfg.ffn))
+                  divides=_block_divides(a, g, f))
 
 
 def _decoder(cfg: ModelConfig, s: int) -> tuple[list[LayerSpec], int]:
-    """GPT-2 / GPT-3 / Megatron GPT and Llama: embed, L blocks, head (final norm + LM projection).
+    """Decoder-only LMs (GPT-2 / GPT-3 / Megatron GPT, Llama and the Hugging Face families of
+    DECODER_FAMILIES): embed, L blocks, head (final norm + LM projection).
 
     Tied embeddings: the head still holds the V×h matrix (its stage needs it; Megatron keeps a copy on
     the last stage and all-reduces the two gradients), and ModelSpec.tied_params = V·h counts it once.
+    Blocks differ only where the config makes them differ (Gemma 2/3 alternate sliding-window and full
+    layers): their signatures then differ too, so the solver folds only identical blocks.
     """
     layers = [_text_embed(cfg, s)]
-    layers += [_std_block(cfg, f"block.{i}", s) for i in range(cfg.layers)]
+    layers += [_std_block(cfg, f"block.{i}", s, block=i) for i in range(cfg.layers)]
     layers.append(_lm_head(cfg, s))
     return layers, cfg.vocab * cfg.hidden if cfg.tied_embeddings else 0
 

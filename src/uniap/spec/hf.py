@@ -1,13 +1,21 @@
-"""Hugging Face `config.json` → ModelConfig, for model_type gpt2, llama, bert, t5, vit and swin.
+"""Hugging Face `config.json` → ModelConfig, for gpt2, bert, t5, vit, swin and the dense decoders of
+DECODER_TYPES (llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, phi3, gpt_neox, falcon, olmo2,
+starcoder2, cohere).
 
 Field names and defaults are those of the transformers configuration classes (GPT2Config, LlamaConfig,
-BertConfig, T5Config, ViTConfig, SwinConfig): a field the class defaults is optional here with the same
-default; a field that defines the architecture's size is required. Every problem is one UniapError line
-naming the file.
+…; transformers 5.24): a field the class defaults is optional here with the same default; a field that
+defines the architecture's size is required (except Gemma 3, whose released `text_config`s leave the
+sizes to the class). Every problem is one UniapError line naming the file.
+
+The decoders share one reader, driven by the config's fields; `_DECODERS` holds what each family implies
+without a field saying so (its norm, MLP, biases, q/k norms, residual layout) and its class defaults.
+Sequence length: a RoPE-scaled config (Llama 3.1, Phi-3 128k) defaults to the length it was pre-trained
+at (`original_max_position_embeddings`), not the extended window.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from uniap.errors import UniapError
@@ -15,20 +23,24 @@ from uniap.jsonfile import read_json_object
 from uniap.spec.families import check_config
 from uniap.spec.model import ModelConfig
 
-MODEL_TYPES = ("gpt2", "llama", "bert", "t5", "vit", "swin")
 _MISSING = object()
 
 
 class _Fields:
-    """Typed access to the JSON object, with errors that name the file and the field."""
+    """Typed access to the JSON object, with errors that name the file and the field.
 
-    def __init__(self, data: dict, path: Path, model_type: str):
+    `defaults`: the configuration class's defaults for a field the file leaves out (or null); they take
+    precedence over the generic default a call gives."""
+
+    def __init__(self, data: dict, path: Path, model_type: str, defaults: dict | None = None):
         self.data, self.path, self.model_type = data, path, model_type
+        self.defaults = defaults or {}
 
     def fail(self, problem: str) -> UniapError:
         return UniapError(f"{self.path}: {problem}")
 
     def _get(self, key: str, default):
+        default = self.defaults.get(key, default)  # the family's class default before the generic one
         value = self.data.get(key, _MISSING)
         if value is _MISSING or (value is None and default is not _MISSING):
             if default is _MISSING:
@@ -55,6 +67,23 @@ class _Fields:
         if not isinstance(value, bool):
             raise self.fail(f"field {key!r} must be true or false, got {value!r}")
         return value
+
+    def fraction(self, key: str, default=_MISSING) -> float:
+        value = self.number(key, default)
+        if value > 1:
+            raise self.fail(f"field {key!r} must be in (0, 1], got {value!r}")
+        return value
+
+    def _switched_off(self, key: str) -> bool:
+        # An optional feature (sliding window, soft-capping): null or 0 in the file, or absent with no class
+        # default, turns it off.
+        return self.data[key] in (None, 0) if key in self.data else self.defaults.get(key) is None
+
+    def optional_int(self, key: str) -> int:
+        return 0 if self._switched_off(key) else self.int(key)
+
+    def optional_number(self, key: str) -> float:
+        return 0.0 if self._switched_off(key) else self.number(key)
 
     def str(self, key: str, default=_MISSING) -> str:
         value = self._get(key, default)
@@ -105,18 +134,6 @@ def _gpt2(f: _Fields, name: str) -> ModelConfig:
                        max_seq=f.int("n_positions", 1024), tied_embeddings=f.bool("tie_word_embeddings", True))
 
 
-def _llama(f: _Fields, name: str) -> ModelConfig:
-    hidden, heads = f.int("hidden_size"), f.int("num_attention_heads")
-    head_dim = f.int("head_dim", hidden // heads if hidden % heads == 0 else _MISSING)
-    return ModelConfig(
-        name=name, family="llama", layers=f.int("num_hidden_layers"), hidden=hidden, heads=heads,
-        kv_heads=f.int("num_key_value_heads", heads), ffn=f.int("intermediate_size"), vocab=f.int("vocab_size"),
-        max_seq=f.int("max_position_embeddings", 2048), gated_mlp=True, norm="rmsnorm",
-        bias=f.bool("attention_bias", False), learned_positions=False,
-        tied_embeddings=f.bool("tie_word_embeddings", False),
-        kv_channels=0 if head_dim * heads == hidden else head_dim)
-
-
 def _bert(f: _Fields, name: str) -> ModelConfig:
     return ModelConfig(
         name=name, family="bert", layers=f.int("num_hidden_layers"), hidden=f.int("hidden_size"),
@@ -164,7 +181,219 @@ def _swin(f: _Fields, name: str) -> ModelConfig:
         depths=depths, window=f.int("window_size", 7))
 
 
-_READERS = {"gpt2": _gpt2, "llama": _llama, "bert": _bert, "t5": _t5, "vit": _vit, "swin": _swin}
+@dataclass(frozen=True)
+class _Decoder:
+    """What one decoder model_type implies beyond its config fields, and its class's defaults."""
+
+    norm: str = "rmsnorm"  # norm kind of every block, the final norm and the q/k norms
+    norm_bias: bool = True  # a LayerNorm with a bias
+    gated: bool = True  # gated MLP (gate, up, down)
+    qkv_bias: str | bool = "attention_bias"  # the field switching the q/k/v biases, or a fixed value
+    out_bias: str | bool = "attention_bias"  # same for the attention output projection
+    mlp_bias: str | bool = False  # same for the MLP matrices
+    qk_norm: str = ""  # ModelConfig.qk_norm the family has (`qk_norm_field` switches it)
+    qk_norm_field: str = ""  # the field that switches it on ("" = always on when qk_norm is set)
+    block_norms: str = "pre"
+    parallel_residual: str = ""  # "" never | always | the field switching it (Falcon: _falcon_layout)
+    shared_norm: bool = False  # a parallel block's one norm feeds attention and MLP
+    sliding: str = ""  # which layers a sliding window applies to: all | qwen (>= max_window_layers) |
+    #                    alternate (Gemma 2: even blocks) | pattern (Gemma 3: all but every 6th)
+    rotary_field: str = "partial_rotary_factor"  # the field giving the rotated share of each head
+    gelu_is_tanh: bool = False  # hidden_act "gelu" means the tanh approximation (Gemma, as transformers)
+    defaults: dict = field(default_factory=dict)  # class defaults for fields a config.json may leave out
+
+
+_DECODERS: dict[str, _Decoder] = {
+    "llama": _Decoder(mlp_bias="mlp_bias", defaults={"tie_word_embeddings": False, "attention_bias": False,
+                                                      "mlp_bias": False, "max_position_embeddings": 2048}),
+    "mistral": _Decoder(qkv_bias=False, out_bias=False, sliding="all",
+                        defaults={"tie_word_embeddings": False, "sliding_window": 4096, "num_key_value_heads": 8,
+                                  "max_position_embeddings": 131072}),
+    "qwen2": _Decoder(qkv_bias=True, out_bias=False, sliding="qwen",
+                      defaults={"tie_word_embeddings": False, "use_sliding_window": False, "sliding_window": 4096,
+                                "max_window_layers": 28, "max_position_embeddings": 32768}),
+    "qwen3": _Decoder(qk_norm="head", sliding="qwen",
+                      defaults={"tie_word_embeddings": False, "attention_bias": False, "head_dim": 128,
+                                "use_sliding_window": False, "sliding_window": 4096, "max_window_layers": 28,
+                                "max_position_embeddings": 32768}),
+    "gemma": _Decoder(gelu_is_tanh=True, defaults={"tie_word_embeddings": True, "attention_bias": False,
+                                                   "head_dim": 256, "max_position_embeddings": 8192}),
+    "gemma2": _Decoder(block_norms="sandwich", sliding="alternate", gelu_is_tanh=True,
+                       defaults={"tie_word_embeddings": True, "attention_bias": False, "head_dim": 256,
+                                 "sliding_window": 4096, "attn_logit_softcapping": 50.0,
+                                 "final_logit_softcapping": 30.0, "max_position_embeddings": 8192}),
+    "gemma3": _Decoder(qk_norm="head", block_norms="sandwich", sliding="pattern", gelu_is_tanh=True,
+                       defaults={"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216,
+                                 "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+                                 "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
+                                 "max_position_embeddings": 131072, "tie_word_embeddings": True,
+                                 "attention_bias": False, "sliding_window": 4096, "sliding_window_pattern": 6}),
+    "phi3": _Decoder(qkv_bias=False, out_bias=False, sliding="all",
+                     defaults={"tie_word_embeddings": False, "max_position_embeddings": 4096}),
+    "gpt_neox": _Decoder(norm="layernorm", gated=False, mlp_bias=True, rotary_field="rotary_pct",
+                         parallel_residual="use_parallel_residual",
+                         defaults={"tie_word_embeddings": False, "attention_bias": True, "rotary_pct": 0.25,
+                                   "use_parallel_residual": True, "hidden_act": "gelu",
+                                   "max_position_embeddings": 2048}),
+    "falcon": _Decoder(norm="layernorm", gated=False, qkv_bias="bias", out_bias="bias", mlp_bias="bias",
+                       parallel_residual="parallel_attn",
+                       defaults={"tie_word_embeddings": True, "bias": False, "multi_query": True,
+                                 "parallel_attn": True, "new_decoder_architecture": False, "alibi": False,
+                                 "activation": "gelu", "max_position_embeddings": 2048}),
+    "olmo2": _Decoder(qk_norm="full", block_norms="post",
+                      defaults={"tie_word_embeddings": False, "attention_bias": False,
+                                "max_position_embeddings": 2048}),
+    "starcoder2": _Decoder(norm="layernorm", gated=False, qkv_bias="use_bias", out_bias="use_bias",
+                           mlp_bias="use_bias", sliding="all",
+                           defaults={"tie_word_embeddings": True, "use_bias": True, "num_key_value_heads": 2,
+                                     "hidden_act": "gelu_pytorch_tanh", "max_position_embeddings": 4096}),
+    "cohere": _Decoder(norm="layernorm", norm_bias=False, qk_norm="heads", qk_norm_field="use_qk_norm",
+                       parallel_residual="always", shared_norm=True,
+                       defaults={"tie_word_embeddings": True, "attention_bias": False, "use_qk_norm": False,
+                                 "max_position_embeddings": 8192}),
+}
+DECODER_TYPES = tuple(_DECODERS) + ("gemma3_text",)  # gemma3: the multimodal wrapper around a gemma3_text
+
+# hidden_act values of the decoders → ModelConfig.activation
+_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
+                "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh", "relu": "relu"}
+_DROPOUT_FIELDS = ("attention_dropout", "hidden_dropout", "residual_dropout", "resid_pdrop", "embedding_dropout",
+                   "embd_pdrop")
+
+
+def _switch(f: _Fields, setting: str | bool) -> bool:
+    return setting if isinstance(setting, bool) else f.bool(setting)
+
+
+def _activation(f: _Fields, fam: _Decoder) -> str:
+    # Gemma 2/3 name it hidden_activation, Falcon activation, the others hidden_act; the first one set wins.
+    keys = ("hidden_activation", "hidden_act", "activation")
+    key = next((k for k in keys if f.data.get(k) is not None), next((k for k in keys if k in fam.defaults), None))
+    act = "silu" if key is None else f.str(key)
+    if act == "gelu" and fam.gelu_is_tanh:
+        act = "gelu_pytorch_tanh"
+    if act not in _ACTIVATIONS:
+        raise f.fail(f"field {key!r}: unsupported activation {act!r} (supported: {', '.join(_ACTIVATIONS)})")
+    return _ACTIVATIONS[act]
+
+
+def _sliding_layers(f: _Fields, fam: _Decoder, layers: int, window: int) -> tuple[int, ...]:
+    """Blocks that attend through the sliding window: `layer_types` when the file lists them, else the
+    family's rule (as its transformers configuration class derives `layer_types`)."""
+    kinds = f.data.get("layer_types")
+    if kinds is not None:
+        if not isinstance(kinds, list) or len(kinds) != layers or \
+                any(k not in ("sliding_attention", "full_attention") for k in kinds):
+            raise f.fail(f"field 'layer_types' must list {layers} of 'sliding_attention' / 'full_attention'")
+        chosen = tuple(i for i, k in enumerate(kinds) if k == "sliding_attention")
+        return chosen if window else ()
+    if not window or not fam.sliding:
+        return ()
+    if fam.sliding == "qwen":
+        if not f.bool("use_sliding_window"):
+            return ()
+        return tuple(range(f.int("max_window_layers", positive=False), layers))
+    if fam.sliding == "alternate":
+        return tuple(range(0, layers, 2))
+    if fam.sliding == "pattern":
+        pattern = f.int("sliding_window_pattern")
+        return tuple(i for i in range(layers) if (i + 1) % pattern)
+    return tuple(range(layers))
+
+
+def _pretraining_length(f: _Fields) -> int:
+    """max_position_embeddings, or the length before RoPE scaling stretched it."""
+    scaling = f.data.get("rope_scaling")
+    if scaling is not None and not isinstance(scaling, dict):
+        raise f.fail(f"field 'rope_scaling' must be an object or null, got {scaling!r}")
+    original = (scaling or {}).get("original_max_position_embeddings", f.data.get("original_max_position_embeddings"))
+    if original is None:
+        return f.int("max_position_embeddings")
+    if not isinstance(original, int) or isinstance(original, bool) or original < 1:
+        raise f.fail(f"original_max_position_embeddings must be a positive integer, got {original!r}")
+    return original
+
+
+def _falcon_layout(f: _Fields, heads: int) -> tuple[int, bool, bool]:
+    """(key/value heads, parallel residual, one shared norm) of a Falcon config (HF FalconDecoderLayer)."""
+    if f.bool("alibi"):
+        raise f.fail("falcon with alibi=true (ALiBi positions) is not supported")
+    if f.bool("apply_residual_connection_post_layernorm", False):
+        raise f.fail("falcon with apply_residual_connection_post_layernorm=true is not supported")
+    new = f.bool("new_decoder_architecture")
+    kv = f.int("num_kv_heads", heads) if new else (1 if f.bool("multi_query") else heads)
+    parallel = f.bool("parallel_attn")
+    norms = f.int("num_ln_in_parallel_attn", 2 if new else 1) if parallel else 2
+    return kv, parallel, parallel and norms == 1
+
+
+def _decoder(f: _Fields, name: str) -> ModelConfig:
+    family = "gemma3" if f.model_type == "gemma3_text" else f.model_type
+    fam = _DECODERS[family]
+    f.defaults = fam.defaults
+    hidden, heads, layers = f.int("hidden_size"), f.int("num_attention_heads"), f.int("num_hidden_layers")
+    head_dim = f.int("head_dim", hidden // heads if hidden % heads == 0 else _MISSING)
+    if family == "falcon":
+        kv, parallel, shared = _falcon_layout(f, heads)
+    else:
+        kv = f.int("num_key_value_heads", heads)
+        parallel = fam.parallel_residual == "always" or bool(fam.parallel_residual) and f.bool(fam.parallel_residual)
+        shared = parallel and fam.shared_norm
+    window = f.optional_int("sliding_window")
+    sliding = _sliding_layers(f, fam, layers, window)
+    window = window if sliding else 0  # Qwen's window is off unless use_sliding_window
+    qk_norm = fam.qk_norm if fam.qk_norm and (not fam.qk_norm_field or f.bool(fam.qk_norm_field)) else ""
+    return ModelConfig(
+        name=name, family=family, layers=layers, hidden=hidden, heads=heads, kv_heads=kv,
+        ffn=f.int("ffn_hidden_size", 4 * hidden) if family == "falcon" else f.int("intermediate_size"),
+        vocab=f.int("vocab_size"), max_seq=_pretraining_length(f), gated_mlp=fam.gated, norm=fam.norm,
+        norm_bias=fam.norm_bias, bias=_switch(f, fam.qkv_bias) and _switch(f, fam.out_bias) and
+        _switch(f, fam.mlp_bias), qkv_bias=_switch(f, fam.qkv_bias), out_bias=_switch(f, fam.out_bias),
+        mlp_bias=_switch(f, fam.mlp_bias), learned_positions=False, tied_embeddings=f.bool("tie_word_embeddings"),
+        kv_channels=0 if head_dim * heads == hidden else head_dim, activation=_activation(f, fam),
+        dropout=any(isinstance(f.data.get(k), (int, float)) and f.data[k] > 0 for k in _DROPOUT_FIELDS),
+        qk_norm=qk_norm, block_norms=fam.block_norms, parallel_residual=parallel, shared_norm=shared,
+        rotary_fraction=f.fraction(fam.rotary_field, 1.0), sliding_window=window,
+        sliding_layers=sliding,
+        attn_softcap=f.optional_number("attn_logit_softcapping"),
+        logit_softcap=f.optional_number("final_logit_softcapping"))
+
+
+_OTHER_TYPES = {"gpt2": "learned positions, LayerNorm, GeLU MLP, biases, tied embeddings",
+                "bert": "encoder, learned positions and token types, masked-LM head",
+                "t5": "encoder-decoder, relative position buckets, RMSNorm, ReLU or gated-GeLU MLP",
+                "vit": "vision: patch embedding, class token, classifier head",
+                "swin": "vision: shifted-window attention stages, patch merging"}
+
+
+def _describe(fam: _Decoder) -> str:
+    parts = [f"{'RMSNorm' if fam.norm == 'rmsnorm' else 'LayerNorm' + ('' if fam.norm_bias else ' without bias')}",
+             "gated MLP" if fam.gated else "plain MLP", "RoPE"]
+    if fam.qkv_bias is True and fam.out_bias is False:
+        parts.append("q/k/v biases")
+    if fam.qk_norm:
+        parts.append(f"q/k norms ({fam.qk_norm})" + (f" if {fam.qk_norm_field}" if fam.qk_norm_field else ""))
+    if fam.block_norms != "pre":
+        parts.append(f"{fam.block_norms} norms")
+    if fam.parallel_residual:
+        parts.append("parallel residual" + (" (one norm)" if fam.shared_norm else "")
+                     + (f" if {fam.parallel_residual}" if fam.parallel_residual != "always" else ""))
+    if fam.sliding:
+        parts.append(f"sliding window ({fam.sliding})")
+    return ", ".join(parts)
+
+
+def model_types() -> list[dict]:
+    """Each model_type a config.json may have: the family it becomes and what that family implies."""
+    rows = [{"model_type": t, "family": t, "implies": note} for t, note in _OTHER_TYPES.items()]
+    rows += [{"model_type": t, "family": t, "implies": _describe(fam)} for t, fam in _DECODERS.items()]
+    rows.append({"model_type": "gemma3_text", "family": "gemma3", "implies": "the text decoder of gemma3"})
+    return rows
+
+
+_READERS = {"gpt2": _gpt2, "bert": _bert, "t5": _t5, "vit": _vit, "swin": _swin,
+            **{t: _decoder for t in DECODER_TYPES}}
+MODEL_TYPES = tuple(_READERS)
 
 
 def read_hf_config(path: str | Path) -> ModelConfig:
@@ -178,8 +407,13 @@ def read_hf_config(path: str | Path) -> ModelConfig:
         raise UniapError(f"{path}: missing field 'model_type' (one of {', '.join(MODEL_TYPES)})")
     if model_type not in _READERS:
         raise UniapError(f"{path}: unsupported model_type {model_type!r} (supported: {', '.join(MODEL_TYPES)})")
+    name = _model_name(data, path)
+    if model_type == "gemma3":  # Gemma 3 4B and up: a vision tower + a gemma3_text decoder; uniap plans the decoder
+        data = data.get("text_config")
+        if not isinstance(data, dict):
+            raise UniapError(f"{path}: model_type 'gemma3' needs a 'text_config' object (its language model)")
     f = _Fields(data, path, model_type)
-    config = _READERS[model_type](f, _model_name(data, path))
+    config = _READERS[model_type](f, name)
     try:
         check_config(config)
     except UniapError as exc:

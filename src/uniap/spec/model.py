@@ -6,20 +6,30 @@ The chain is what the cost model prices and the solver places; every figure is p
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+
+
+# Families that train with dropout, when the config does not say (HF defaults: GPT-2 resid/attn/embd_pdrop
+# 0.1, BERT hidden/attention_probs_dropout_prob 0.1, T5 dropout_rate 0.1; every other family defaults to 0.0,
+# and Galvatron's ViT-Huge and Swin-Huge configs use 0.0).
+DROPOUT_FAMILIES = ("gpt2", "bert", "t5")
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Architecture figures (no weights). Field names are ours; `spec.hf` maps Hugging Face names to them."""
+    """Architecture figures (no weights). Field names are ours; `spec.hf` maps Hugging Face names to them.
+
+    Fields left None take the value their family implies (resolved on construction): the q/k/v, output and
+    MLP biases follow `bias`, the activation follows `gated_mlp`, dropout follows the family.
+    """
 
     name: str
-    family: str  # gpt2 | llama | bert | t5 | vit | swin
+    family: str  # gpt2 | llama | bert | t5 | vit | swin | a Hugging Face decoder model_type (spec.families)
     layers: int  # transformer blocks (T5: encoder blocks; Swin: sum of `depths`)
     hidden: int
     heads: int
     ffn: int  # MLP inner size
-    vocab: int = 0  # 0 for vision models
+    vocab: int = 0  # 0 for vision models; the config's vocab_size as stored (any padding included)
     kv_heads: int = 0  # 0 means == heads (no grouped-query attention)
     max_seq: int = 1024  # default sequence length (positions); vision: derived from image/patch
     decoder_layers: int = 0  # T5 decoder blocks
@@ -36,6 +46,38 @@ class ModelConfig:
     window: int = 7  # Swin attention window
     type_vocab: int = 0  # BERT token types
     kv_channels: int = 0  # per-head width when heads × it != hidden (GPT-3 13B, T5-3B/11B); 0 = hidden // heads
+    qkv_bias: bool | None = None  # q/k/v projections carry biases (Qwen2: yes, with `bias` off); None: `bias`
+    out_bias: bool | None = None  # the attention output projection carries a bias; None: `bias`
+    mlp_bias: bool | None = None  # the MLP matrices carry biases; None: `bias`
+    norm_bias: bool = True  # a LayerNorm has a bias (Cohere's has none); RMSNorm never has one
+    activation: str | None = None  # MLP activation: silu | gelu | gelu_tanh | relu; None: silu gated, gelu_tanh not
+    dropout: bool | None = None  # trains with dropout; None: the family's default (DROPOUT_FAMILIES)
+    qk_norm: str = ""  # norm of queries and keys: "" none | head (one head_dim-wide norm shared by the heads,
+    #                    Qwen3, Gemma 3) | heads (one weight per head, Cohere) | full (over all heads, OLMo 2)
+    block_norms: str = "pre"  # pre: a norm before each sublayer | post: a norm after each (OLMo 2) |
+    #                           sandwich: both (Gemma 2/3)
+    parallel_residual: bool = False  # attention and MLP read the same block input (GPT-NeoX, Falcon, Cohere)
+    shared_norm: bool = False  # parallel residual with one norm feeding both sublayers (Falcon-7B, Cohere)
+    rotary_fraction: float = 1.0  # share of each head's width RoPE rotates (GPT-NeoX rotary_pct 0.25)
+    sliding_window: int = 0  # keys a query attends to in a sliding-window layer (0: none)
+    sliding_layers: tuple[int, ...] = ()  # blocks (0-based) that use the sliding window; the others attend fully
+    attn_softcap: float = 0.0  # tanh soft-capping of attention scores (Gemma 2); 0: none
+    logit_softcap: float = 0.0  # tanh soft-capping of the final logits (Gemma 2); 0: none
+
+    def __post_init__(self):
+        for name in ("depths", "sliding_layers"):  # JSON gives lists
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        for name in ("qkv_bias", "out_bias", "mlp_bias"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, self.bias)
+        if self.activation is None:
+            object.__setattr__(self, "activation", "silu" if self.gated_mlp else "gelu_tanh")
+        if self.dropout is None:
+            object.__setattr__(self, "dropout", self.family in DROPOUT_FAMILIES)
+
+    def to_json(self) -> dict:
+        """The fields as JSON values (tuples as lists); `ModelConfig(**that)` gives this config back."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
     @property
     def n_kv_heads(self) -> int:
@@ -44,6 +86,10 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.kv_channels or self.hidden // self.heads
+
+    def window_of(self, block: int) -> int:
+        """Keys per query of block `block` (0 = full attention)."""
+        return self.sliding_window if block in self.sliding_layers else 0
 
 
 @dataclass(frozen=True)
