@@ -254,12 +254,15 @@ def _register_commands() -> None:
     """Commands that live in their own modules (one concern per file)."""
     from uniap.commands.compare import compare_command
     from uniap.commands.demo import demo_command
+    from uniap.commands.export import export_command
     from uniap.commands.profile import profile_command
     from uniap.commands.report import report_command
 
     app.command("compare", help="Compare uniap with baseline planners (Megatron grid, Galvatron, Alpa, DP, ZeRO-3) "
                 "on the same cost model.")(compare_command)
     app.command("report", help="Render a plan (and optionally a run) as a static HTML report with images.")(report_command)
+    app.command("export", help="Write a plan as a torchtitan job TOML, Megatron-LM launch flags or a DeepSpeed "
+                "config JSON.")(export_command)
     app.command("profile", help="Measure layer times per strategy and collective α–β on local ranks (for --profile)."
                 )(profile_command)
     app.command("demo", help="The end-to-end demo: profile a small GPT on 4 local ranks, plan it, run the chosen "

@@ -1,0 +1,59 @@
+"""The exported files read by the engines' own config code, where it installs (a test-only extra: torchtitan 0.2.2,
+DeepSpeed 0.19.8 — `pip install --no-deps torchtitan==0.2.2 tyro tomli`, `DS_BUILD_OPS=0 pip install deepspeed`);
+skipped when they are missing. test_export.py checks the same files against our schemas always."""
+
+import pytest
+
+from uniap.export import export_plan
+from uniap.export.capability import job_of
+from uniap.strategies import Strategy as S
+
+from export_plans import uniform_plan
+
+
+def test_torchtitan_config_manager_reads_the_toml(tmp_path):
+    manager = pytest.importorskip("torchtitan.config.manager")
+    plan = uniform_plan(strategy=S(2, 2, 2, True, True), chunk_blocks=(1, 1, 1, 1), micro_batches=4,
+                        schedule="interleaved-1f1b", virtual_stages=2)
+    path = tmp_path / "job.toml"
+    path.write_text(export_plan(plan, "torchtitan"))
+    config = manager.ConfigManager().parse_args(["--job.config_file", str(path)])
+    par = config.parallelism
+    assert (par.tensor_parallel_degree, par.pipeline_parallel_degree, par.data_parallel_shard_degree) == (2, 2, 2)
+    assert par.data_parallel_replicate_degree == 1 and par.fsdp_reshard_after_forward == "never"
+    assert par.pipeline_parallel_schedule == "Interleaved1F1B" and par.pipeline_parallel_microbatch_size == 4
+    assert par.module_fqns_per_model_part == [["tok_embeddings", "layers.0"], ["layers.1"], ["layers.2"],
+                                              ["layers.3", "norm", "output"]]
+    assert config.training.local_batch_size == 16 and config.training.global_batch_size == 32
+    assert config.activation_checkpoint.mode == "full" and config.training.mixed_precision_param == "bfloat16"
+
+
+class DataParallel:
+    """The one thing DeepSpeedConfig asks of an mpu: the data-parallel world size."""
+
+    def __init__(self, size):
+        self.size = size
+
+    def get_data_parallel_world_size(self):
+        return self.size
+
+
+@pytest.mark.parametrize("strategy,chunks", [(S(8, 1, 3, True), (4,)), (S(4, 1, 1, True), (2, 2))])
+def test_deepspeed_config_parser_reads_the_json(strategy, chunks, monkeypatch):
+    config_mod = pytest.importorskip("deepspeed.runtime.config")
+    monkeypatch.setattr(config_mod.dist, "get_rank", lambda: 0)  # no process group here; the mpu gives the size
+    utils = pytest.importorskip("deepspeed.runtime.utils")
+    import json
+
+    plan = uniform_plan(strategy=strategy, chunk_blocks=chunks, micro_batches=4)
+    job = job_of(plan)
+    text = export_plan(plan, "deepspeed")
+    config = config_mod.DeepSpeedConfig(json.loads(text), mpu=DataParallel(job.dp))
+    assert config.train_batch_size == 32 and config.gradient_accumulation_steps == 4
+    assert config.train_micro_batch_size_per_gpu == 32 // (4 * job.dp)
+    assert config.zero_optimization_stage == strategy.zero and config.bfloat16_config.enabled
+    if job.pp > 1:
+        assert config.pipeline["stages"] == job.pp and config.pipeline["activation_checkpoint_interval"] == 1
+        # PipelineModule's "type:" partition balances the blocks: our even split, embedding first, head last
+        bounds = [int(b) for b in utils.partition_balanced([0] + [1] * job.blocks + [0], job.pp)]
+        assert [sum(1 <= u <= job.blocks for u in range(a, b)) for a, b in zip(bounds, bounds[1:])] == list(chunks)
