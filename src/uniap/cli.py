@@ -12,6 +12,7 @@ from rich.table import Table
 
 from uniap.commands.options import (ATTENTION, BATCH, CLUSTER, FMT, KERNELS, MODEL, PREC, SCHED, SEQ, SOLVER,
                                     AttentionKernel, Fmt, Kernels, Precision, Schedule, emit_json, with_engine)
+from uniap.commands.export import EngineName
 from uniap.errors import UniapError
 from uniap.planner import MAX_VIRTUAL_STAGES
 
@@ -171,6 +172,8 @@ def plan(
     max_tp: Optional[int] = typer.Option(None, "--max-tp", help="Largest tensor-parallel degree to consider."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Candidates solved in parallel (default: cores, at most 2)."),
     out_path: Optional[str] = typer.Option(None, "--out", "-o", help="Write the plan JSON here."),
+    engine: Optional[EngineName] = typer.Option(None, "--engine", help="Only plans this engine can run "
+                                                "(`uniap export --to` it), and how much slower than the free optimum."),
     profile: Optional[str] = PROFILE,
     kernels: Optional[Kernels] = KERNELS,
     attention: Optional[AttentionKernel] = ATTENTION,
@@ -192,15 +195,26 @@ def plan(
             best_text = f"best {best:.4g} s/iter" if best < float("inf") else "no plan yet"
             bar.update(task, completed=done, total=total, best=best_text)
 
-        result = plan_search(spec, clus, workload, schedule=schedule.value, solver=solver,
-                             max_virtual_stages=max_virtual_stages, time_limit=time_limit,
-                             max_tp=max_tp, workers=workers, progress=progress)
+        options = dict(schedule=schedule.value, solver=solver, max_virtual_stages=max_virtual_stages,
+                       time_limit=time_limit, max_tp=max_tp, workers=workers)
+        if engine is None:
+            result = plan_search(spec, clus, workload, progress=progress, **options)
+        else:
+            from uniap.engine_search import engine_plan_search
+            from uniap.export import engine_rules
+
+            restricted = engine_plan_search(spec, clus, workload, engine_rules(engine.value), **options)
+            result = restricted.plan
+            result.search["slowdown"] = restricted.slowdown
     if out_path:
         result.save(out_path)
     if fmt is Fmt.json:
         emit_json(result.to_json())
     else:
-        print_prediction(result, f"uniap plan: {spec.name} on {clus.name}")
+        print_prediction(result, f"uniap plan: {spec.name} on {clus.name}" + (f" for {engine.value}" if engine else ""))
+        if engine is not None:
+            out.print(f"engine-restricted plan is {100 * result.search['slowdown']:.1f}% slower than the free optimum "
+                      f"({result.search['free_iteration_time_s']:.4g} s per iteration)")
         if out_path:
             out.print(f"plan written to {out_path}")
 

@@ -162,16 +162,20 @@ class EngineRules:
 
     def why_not(self, job: EngineJob) -> str | None:
         """The first thing of `job` this engine cannot run, or None."""
-        if job.family not in self.families:
-            return f"it has no {job.family} model here (families {', '.join(self.families)})"
-        if job.precision not in self.precisions:
-            return f"it does not train in {job.precision} ({', '.join(self.precisions)})"
-        why = self.strategy_why_not(job.strategy, job.pp)
+        why = self.why_not_model(job.family, job.precision) or self.strategy_why_not(job.strategy, job.pp)
         if why:
             return why
         if job.pp > 1 and job.schedule not in self.pipeline_schedules:
             return f"it has no {job.schedule} pipeline schedule ({', '.join(self.pipeline_schedules)})"
         return self.split_why_not(job.chunk_blocks, job.pp)
+
+    def why_not_model(self, family: str, precision: str) -> str | None:
+        """Why the engine cannot train this model family in this precision (None if it can)."""
+        if family not in self.families:
+            return f"it has no {family} model here (families {', '.join(self.families)})"
+        if precision not in self.precisions:
+            return f"it does not train in {precision} ({', '.join(self.precisions)})"
+        return None
 
     def strategy_why_not(self, s: Strategy, pp: int) -> str | None:
         """Why the engine cannot run strategy `s` on every block of a pp-stage pipeline (None if it can)."""
