@@ -1,6 +1,8 @@
-"""The exported files read by the engines' own config code, where it installs (a test-only extra: torchtitan 0.2.2,
-DeepSpeed 0.19.8 — `pip install --no-deps torchtitan==0.2.2 tyro tomli`, `DS_BUILD_OPS=0 pip install deepspeed`);
+"""The exported files read by the engines' own config code, where it installs (a test-only extra, checked with
+torchtitan 0.2.2 and 0.3.0 (one at a time: the tests pick by version) and DeepSpeed 0.19.8 in a private venv);
 skipped when they are missing. test_export.py checks the same files against our schemas always."""
+
+import shlex
 
 import pytest
 
@@ -11,10 +13,21 @@ from uniap.strategies import Strategy as S
 from export_plans import uniform_plan
 
 
-def test_torchtitan_config_manager_reads_the_toml(tmp_path):
-    manager = pytest.importorskip("torchtitan.config.manager")
-    plan = uniform_plan(strategy=S(2, 2, 2, True, True), chunk_blocks=(1, 1, 1, 1), micro_batches=4,
-                        schedule="interleaved-1f1b", virtual_stages=2)
+def torchtitan_manager(line: str):
+    """torchtitan's ConfigManager of the release `line` ("0.2", "0.3"), or skip."""
+    torchtitan = pytest.importorskip("torchtitan")
+    if not torchtitan.__version__.startswith(line):
+        pytest.skip(f"torchtitan {torchtitan.__version__} installed, this checks {line}.x")
+    return pytest.importorskip("torchtitan.config.manager")
+
+
+INTERLEAVED_TP = dict(strategy=S(2, 2, 2, True, True), chunk_blocks=(1, 1, 1, 1), micro_batches=4,
+                      schedule="interleaved-1f1b", virtual_stages=2)
+
+
+def test_torchtitan_0_2_config_manager_reads_the_toml(tmp_path):
+    manager = torchtitan_manager("0.2")
+    plan = uniform_plan(**INTERLEAVED_TP)
     path = tmp_path / "job.toml"
     path.write_text(export_plan(plan, "torchtitan"))
     config = manager.ConfigManager().parse_args(["--job.config_file", str(path)])
@@ -26,6 +39,22 @@ def test_torchtitan_config_manager_reads_the_toml(tmp_path):
                                               ["layers.3", "norm", "output"]]
     assert config.training.local_batch_size == 16 and config.training.global_batch_size == 32
     assert config.activation_checkpoint.mode == "full" and config.training.mixed_precision_param == "bfloat16"
+
+
+def test_torchtitan_0_3_config_manager_reads_the_header_command_line():
+    manager = torchtitan_manager("0.3")
+    text = export_plan(uniform_plan(**INTERLEAVED_TP), "torchtitan")
+    line = next(line for line in text.splitlines() if line.startswith("#   torchtitan 0.3.0:"))
+    words = shlex.split(line)
+    args = words[words.index("--config") + 2:]  # after the recipe: the plan's overrides
+    config = manager.ConfigManager().parse_args(["--module", "llama3", "--config", "llama3_debugmodel", *args])
+    par = config.parallelism
+    assert (par.tensor_parallel_degree, par.pipeline_parallel_degree, par.data_parallel_shard_degree) == (2, 2, 2)
+    assert par.fsdp_reshard_after_forward == "never" and par.pipeline_parallel_schedule == "Interleaved1F1B"
+    assert par.module_fqns_per_model_part == [["tok_embeddings", "layers.0"], ["layers.1"], ["layers.2"],
+                                              ["layers.3", "norm", "output"]]
+    assert (config.training.local_batch_size, config.training.global_batch_size) == (16, 32)
+    assert type(config.activation_checkpoint).__qualname__ == "FullAC.Config"
 
 
 class DataParallel:

@@ -3,10 +3,11 @@
 Checked against torchtitan 0.2.2 (`torchtitan/config/job_config.py`, the last release read from TOML; its
 `ConfigManager` parses what `write` produces, tests/export/test_engine_parsers.py) and against torchtitan 0.3.0
 and main at b5bcd76 (2026-08-21), whose recipes are Python config registries (`--module llama3 --config
-llama3_8b`) that take the same `section.key` values as command-line overrides; the header of the file lists them.
-0.3.0 keeps 0.2.2's key names; main renames the batch keys to token counts (`training.
-num_tokens_per_microbatch_per_dp_rank`, `num_tokens_per_train_step`, `max_context_length`,
-`parallelism.num_pp_microbatches`).
+llama3_8b`) that take the same `section.key` values as command-line overrides: the file's header carries that
+command line (0.3.0's ConfigManager parses it too). 0.3.0 keeps 0.2.2's key names and picks activation
+checkpointing by subcommand (`activation-checkpoint:full`); main renames the batch keys to token counts
+(`training.num_tokens_per_microbatch_per_dp_rank`, `num_tokens_per_train_step`, `parallelism.num_pp_microbatches`),
+given in the header as figures.
 
 What torchtitan can express, from its source (0.2.2 `models/llama3/infra/parallelize.py`):
 - ZeRO-3 is FSDP2 (`data_parallel_shard_degree`, `fsdp_reshard_after_forward = "always"`); ZeRO-2 is FSDP2
@@ -21,6 +22,7 @@ What torchtitan can express, from its source (0.2.2 `models/llama3/infra/paralle
 
 from __future__ import annotations
 
+import shlex
 import tomllib
 
 from uniap.errors import UniapError
@@ -36,6 +38,8 @@ PRECISIONS = {"bf16": "bfloat16", "fp32": "float32"}
 RESHARD = {2: "never", 3: "always"}
 FLAVORS = {"llama3-8b": "8B", "llama3-70b": "70B", "llama3-405b": "405B"}
 """torchtitan's llama3 flavors for our zoo names; any other model needs a flavor registered with its sizes."""
+RECIPES = {"llama3-8b": "llama3_8b", "llama3-70b": "llama3_70b", "llama3-405b": "llama3_405b"}
+"""torchtitan 0.3.0's llama3 config registry entries for them."""
 
 SCHEMA = {
     "job": {"description": str},
@@ -92,24 +96,34 @@ def config_of(job: EngineJob) -> dict:
     }
 
 
+def recipe_arguments(job: EngineJob) -> list[str]:
+    """torchtitan 0.3.0's command line for the job after `--module llama3 --config RECIPE`: the same keys as
+    overrides (a list[str] is comma-separated there, one per model part) and the activation checkpoint choice."""
+    tables = config_of(job)
+    args = []
+    for section in ("training", "parallelism"):
+        for key, value in tables[section].items():
+            parts = [",".join(part) for part in value] if isinstance(value, list) else [str(value)]
+            args += [f"--{section}.{key}", *parts]
+    return args + [f"activation-checkpoint:{'full' if job.recompute else 'none'}"]
+
+
 def write(job: EngineJob, config: ModelConfig) -> str:
     """The TOML file (the model comes from the plan's name: torchtitan's flavors carry the sizes)."""
-    tables = config_of(job)
-    overrides = " ".join(f"--{section}.{key} {_toml_value(value)}" for section in ("training", "parallelism")
-                         for key, value in tables[section].items() if key != "module_fqns_per_model_part")
-    lines = [f"# {job.model} on {job.world} devices, from a uniap plan (torchtitan 0.2.x job config).",
-             "# torchtitan 0.3.0 / main take the same keys as overrides of a config registry, e.g.",
-             f"#   --module llama3 --config <recipe> {overrides}",
-             f"#   --parallelism.module_fqns_per_model_part '<the list below>' and an activation_checkpoint of "
-             f"{'FullAC' if job.recompute else 'none'};",
-             "# main (after 0.3.0) counts batches in tokens: training.num_tokens_per_microbatch_per_dp_rank = "
-             f"{job.micro_batch_size * job.seq_len}, training.num_tokens_per_train_step = "
+    recipe = RECIPES.get(job.model, "RECIPE")
+    lines = [f"# {job.model} on {job.world} devices, from a uniap plan: a torchtitan 0.2.x job config",
+             "# (torchrun ... -m torchtitan.train --job.config_file THIS_FILE).",
+             "# torchtitan 0.3.0 has no TOML; the same plan as overrides of a llama3 config registry entry (RECIPE):",
+             f"#   torchtitan 0.3.0: -m torchtitan.train --module llama3 --config {recipe} "
+             f"{shlex.join(recipe_arguments(job))}",
+             "# torchtitan main (after 0.3.0) counts batches in tokens: training.num_tokens_per_microbatch_per_dp_rank"
+             f" = {job.micro_batch_size * job.seq_len}, training.num_tokens_per_train_step = "
              f"{job.global_batch * job.seq_len}, parallelism.num_pp_microbatches = "
              f"{job.micro_batches if job.pp > 1 else 1}."]
     if job.model not in FLAVORS:
         lines.append(f"# flavor {job.model!r} is not one of torchtitan's llama3 flavors ({', '.join(FLAVORS.values())})"
                      ": register it with the plan's model sizes.")
-    for section, values in tables.items():
+    for section, values in config_of(job).items():
         lines += ["", f"[{section}]"] + [f"{key} = {_toml_value(value)}" for key, value in values.items()]
     return "\n".join(lines) + "\n"
 
