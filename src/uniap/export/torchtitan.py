@@ -98,13 +98,16 @@ def config_of(job: EngineJob) -> dict:
 
 def recipe_arguments(job: EngineJob) -> list[str]:
     """torchtitan 0.3.0's command line for the job after `--module llama3 --config RECIPE`: the same keys as
-    overrides (a list[str] is comma-separated there, one per model part) and the activation checkpoint choice."""
+    overrides (a list[str] is comma-separated there, one per model part), CUDA graphs off under a pipeline (0.3.0
+    refuses both together), and the activation checkpoint choice."""
     tables = config_of(job)
     args = []
     for section in ("training", "parallelism"):
         for key, value in tables[section].items():
             parts = [",".join(part) for part in value] if isinstance(value, list) else [str(value)]
             args += [f"--{section}.{key}", *parts]
+    if job.pp > 1:  # 0.3.0 refuses "CUDA graphs do not support pipeline parallelism yet"
+        args.append("--training.disable_cuda_graphs")
     return args + [f"activation-checkpoint:{'full' if job.recompute else 'none'}"]
 
 
