@@ -30,6 +30,8 @@ RULES = EngineRules(name="megatron", families=("gpt2", "llama"), precisions=("bf
                     pipeline_schedules=("1f1b", "interleaved-1f1b"), split=FIRST_LAST)
 
 SCRIPT = "pretrain_gpt.py"
+RENDEZVOUS = ' --node-rank "${NODE_RANK:-0}" --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-29500}"'
+"""Where the nodes of a multi-node launch meet: set NODE_RANK on each node and MASTER_ADDR to node 0."""
 
 
 def layer_flags(job: EngineJob) -> list[str]:
@@ -83,7 +85,7 @@ def write(job: EngineJob, config: ModelConfig) -> str:
             f"# data-parallel size = {job.world} / (tp {job.tp} · pp {job.pp}) = {job.dp}; "
             f"{job.micro_batches} micro-batches per iteration.",
             f"# Run from a Megatron-LM checkout on every node; add data, tokenizer and optimizer flags as arguments.",
-            f"torchrun --nnodes {nodes} --nproc-per-node {per_node} {SCRIPT} \\"]
+            f"torchrun --nnodes {nodes} --nproc-per-node {per_node}{RENDEZVOUS if nodes > 1 else ''} {SCRIPT} \\"]
     return "\n".join(head + [f"  {flag} \\" for flag in flags] + ['  "$@"']) + "\n"
 
 
