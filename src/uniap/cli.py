@@ -203,9 +203,7 @@ def plan(
             from uniap.engine_search import engine_plan_search
             from uniap.export import engine_rules
 
-            restricted = engine_plan_search(spec, clus, workload, engine_rules(engine.value), **options)
-            result = restricted.plan
-            result.search["slowdown"] = restricted.slowdown
+            result = engine_plan_search(spec, clus, workload, engine_rules(engine.value), **options).plan
     if out_path:
         result.save(out_path)
     if fmt is Fmt.json:

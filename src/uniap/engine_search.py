@@ -46,7 +46,7 @@ class EngineSearch:
     @property
     def slowdown(self) -> float:
         """How much longer an iteration of the engine's plan takes: restricted / free − 1."""
-        return self.plan.predicted["iteration_time_s"] / self.free.predicted["iteration_time_s"] - 1.0
+        return float(self.plan.search["slowdown"])
 
 
 def engine_splits(rules: EngineRules, blocks: int, pp: int, v: int) -> list[tuple[int, ...]]:
@@ -102,9 +102,6 @@ def engine_plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
                        max_tp: int | None = None, workers: int | None = None,
                        max_virtual_stages: int = MAX_VIRTUAL_STAGES) -> EngineSearch:
     """The engine-restricted optimum and the free optimum (both searched over the same schedules)."""
-    free = plan_search(model, cluster, workload, schedule=schedule, solver=solver, time_limit=time_limit,
-                       max_tp=max_tp, workers=workers, max_virtual_stages=max_virtual_stages)
-    started = time.perf_counter()
     why = rules.why_not_model(model.config.family, workload.precision)
     if why:
         raise UniapError(f"{rules.name} cannot run {model.name}: {why}")
@@ -112,6 +109,9 @@ def engine_plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
     if len(kinds) < 3 or kinds[0] != "embedding" or kinds[-1] != "head" or set(kinds[1:-1]) != {"block"}:
         raise UniapError(f"--engine plans decoder-only models (embedding, blocks, head); {model.name} is not one")
     blocks = len(kinds) - 2
+    free = plan_search(model, cluster, workload, schedule=schedule, solver=solver, time_limit=time_limit,
+                       max_tp=max_tp, workers=workers, max_virtual_stages=max_virtual_stages)
+    started = time.perf_counter()
     schedules = ("1f1b", INTERLEAVED) if schedule == INTERLEAVED else (schedule,)
     cands = [cand for cand in candidates(model, cluster, workload, schedules, max_virtual_stages)
              if cand[0] == 1 or schedule_of(cand, schedules) in rules.pipeline_schedules]
@@ -162,7 +162,7 @@ def engine_plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
                 i = int(np.argmin(values))
                 if values[i] < best[0]:
                     best = (float(values[i]), cand, stage_of[s], rows[promising][i])
-    value, cand, stage_of, strategy_of = best
+    _, cand, stage_of, strategy_of = best
     if cand is None:
         raise UniapError(f"no plan {rules.name} can run fits: {free.model['name']} on {cluster.name} needs a "
                          "strategy or split the engine does not have (see `uniap plan` without --engine)")
@@ -170,7 +170,8 @@ def engine_plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
     predicted = predict(model, cluster, workload, program, stage_of, strategy_of)
     facts = {"solver": solver if rules.split == ANY_SPLIT else "enumeration", "time_s": time.perf_counter() - started,
              "optimal": optimal, "gap": gap, "candidates": len(cands), "engine": rules.name,
-             "free_iteration_time_s": free.predicted["iteration_time_s"]}
+             "free_iteration_time_s": free.predicted["iteration_time_s"],
+             "slowdown": predicted["iteration_time_s"] / free.predicted["iteration_time_s"] - 1.0}
     plan = make_plan(model, cluster, workload, schedule_of(cand, schedules), cand[1], strategies, stage_of,
                      strategy_of, predicted, facts, virtual_stages=cand[2])
     return EngineSearch(plan=plan, free=free)

@@ -125,6 +125,9 @@ def job_of(plan: Plan) -> EngineJob:
         chunks.append(sum(1 for u in range(first, last + 1) if names[u].startswith("block.")))
     global_batch = int(plan.workload["global_batch"])
     micro_batches = int(plan.pipeline["micro_batches"])
+    if global_batch % (micro_batches * shared.dp):
+        raise UniapError(f"global batch {global_batch} does not split into {micro_batches} micro-batches over dp "
+                         f"{shared.dp}")
     return EngineJob(
         model=str(plan.model["name"]), family=family, world=plan.world_size,
         devices_per_node=int(plan.cluster.get("devices_per_node", plan.world_size)), tp=shared.tp, dp=shared.dp, pp=pp,
@@ -215,6 +218,7 @@ class EngineRules:
 
 
 def refuse_unless_runnable(rules: EngineRules, job: EngineJob) -> None:
+    """One line saying what of `job` the engine cannot run, if anything."""
     why = rules.why_not(job)
     if why:
         raise UniapError(f"{rules.name} cannot run this plan: {why}")

@@ -98,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
                  "--decoder-last-pipeline-num-layers", "--num-virtual-stages-per-pipeline-rank",
                  "--num-layers-per-virtual-pipeline-stage", "--micro-batch-size", "--global-batch-size",
                  "--recompute-num-layers"):
-        p.add_argument(flag, type=int)
+        p.add_argument(flag, type=int, default=1 if flag.endswith("-model-parallel-size") else None)
     for flag in ("--group-query-attention", "--swiglu", "--disable-bias-linear",
                  "--untie-embeddings-and-output-weights", "--sequence-parallel", "--use-distributed-optimizer",
                  "--bf16", "--fp16"):
@@ -127,6 +127,10 @@ def read(text: str) -> dict:
         raise UniapError(f"Megatron-LM flags: {exc}") from None
     if unknown:
         raise UniapError(f"Megatron-LM flags: not among the flags checked: {' '.join(unknown)}")
+    missing = [flag for flag, value in (("--num-layers", args.num_layers), ("--micro-batch-size", args.micro_batch_size),
+                                        ("--global-batch-size", args.global_batch_size)) if value is None]
+    if missing:
+        raise UniapError(f"Megatron-LM flags: {', '.join(missing)} missing")
     tp, pp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size
     if world % (tp * pp):
         raise UniapError(f"Megatron-LM flags: tp·pp = {tp * pp} does not divide the world of {world}")
