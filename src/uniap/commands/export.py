@@ -19,8 +19,10 @@ class EngineName(str, Enum):
 
 
 def export_command(
-    plan_path: str = typer.Argument(..., metavar="PLAN", help="Plan file (from `uniap plan` or `estimate --format json`)."),
-    to: EngineName = typer.Option(..., "--to", help="torchtitan (job TOML), megatron (launch script), deepspeed (config JSON)."),
+    plan_path: str = typer.Argument(..., metavar="PLAN",
+                                    help="Plan file (from `uniap plan` or `estimate --format json`)."),
+    to: EngineName = typer.Option(..., "--to",
+                                  help="torchtitan (job TOML), megatron (launch script), deepspeed (config JSON)."),
     out_path: Optional[str] = typer.Option(None, "--out", "-o", help="Write here (default: stdout)."),
 ) -> None:
     """Write a plan as an engine's configuration; a plan the engine cannot run is refused in one line."""

@@ -30,7 +30,8 @@ RULES = EngineRules(name="megatron", families=("gpt2", "llama"), precisions=("bf
                     pipeline_schedules=("1f1b", "interleaved-1f1b"), split=FIRST_LAST)
 
 SCRIPT = "pretrain_gpt.py"
-RENDEZVOUS = ' --node-rank "${NODE_RANK:-0}" --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-29500}"'
+RENDEZVOUS = (' --node-rank "${NODE_RANK:-0}" --master-addr "${MASTER_ADDR:-localhost}"'
+              ' --master-port "${MASTER_PORT:-29500}"')
 """Where the nodes of a multi-node launch meet: set NODE_RANK on each node and MASTER_ADDR to node 0."""
 
 
@@ -53,6 +54,8 @@ def model_flags(job: EngineJob, config: ModelConfig) -> list[str]:
     flags = [f"--num-layers {job.blocks}", f"--hidden-size {config.hidden}", f"--ffn-hidden-size {config.ffn}",
              f"--num-attention-heads {config.heads}", f"--seq-length {job.seq_len}",
              f"--max-position-embeddings {max(job.seq_len, config.max_seq)}"]
+    if config.kv_channels:
+        flags.append(f"--kv-channels {config.kv_channels}")
     if config.n_kv_heads != config.heads:
         flags += ["--group-query-attention", f"--num-query-groups {config.n_kv_heads}"]
     if config.gated_mlp:
@@ -93,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     """SCHEMA: the flags `write` uses, with the types and choices of Megatron-LM's arguments.py (d98e8a6)."""
     p = argparse.ArgumentParser(prog="megatron", add_help=False, exit_on_error=False)
     for flag in ("--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--seq-length",
-                 "--max-position-embeddings", "--num-query-groups", "--tensor-model-parallel-size",
+                 "--max-position-embeddings", "--kv-channels", "--num-query-groups", "--tensor-model-parallel-size",
                  "--pipeline-model-parallel-size", "--decoder-first-pipeline-num-layers",
                  "--decoder-last-pipeline-num-layers", "--num-virtual-stages-per-pipeline-rank",
                  "--num-layers-per-virtual-pipeline-stage", "--micro-batch-size", "--global-batch-size",
@@ -127,8 +130,9 @@ def read(text: str) -> dict:
         raise UniapError(f"Megatron-LM flags: {exc}") from None
     if unknown:
         raise UniapError(f"Megatron-LM flags: not among the flags checked: {' '.join(unknown)}")
-    missing = [flag for flag, value in (("--num-layers", args.num_layers), ("--micro-batch-size", args.micro_batch_size),
-                                        ("--global-batch-size", args.global_batch_size)) if value is None]
+    needed = (("--num-layers", args.num_layers), ("--micro-batch-size", args.micro_batch_size),
+              ("--global-batch-size", args.global_batch_size))
+    missing = [flag for flag, value in needed if value is None]
     if missing:
         raise UniapError(f"Megatron-LM flags: {', '.join(missing)} missing")
     tp, pp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size
@@ -143,7 +147,8 @@ def read(text: str) -> dict:
         raise UniapError("Megatron-LM flags: selective recompute takes no --recompute-method")
     return {"tp": tp, "dp": dp, "pp": pp, "zero": int(args.use_distributed_optimizer and dp > 1),
             "sp": args.sequence_parallel, "recompute": args.recompute_granularity == "full",
-            "global_batch": args.global_batch_size, "micro_batches": args.global_batch_size // (args.micro_batch_size * dp),
+            "global_batch": args.global_batch_size,
+            "micro_batches": args.global_batch_size // (args.micro_batch_size * dp),
             "micro_batch_size": args.micro_batch_size,
             "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
             **_split(args, pp)}
