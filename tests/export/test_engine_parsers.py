@@ -67,22 +67,26 @@ class DataParallel:
         return self.size
 
 
-@pytest.mark.parametrize("strategy,chunks", [(S(8, 1, 3, True), (4,)), (S(4, 1, 1, True), (2, 2))])
-def test_deepspeed_config_parser_reads_the_json(strategy, chunks, monkeypatch):
+@pytest.mark.parametrize("strategy,chunks,precision", [(S(8, 1, 3, True), (4,), "bf16"),
+                                                     (S(4, 1, 1, True), (2, 2), "bf16"),
+                                                     (S(2, 1, 0), (1, 1, 1, 1), "fp16")])
+def test_deepspeed_config_parser_reads_the_json(strategy, chunks, precision, monkeypatch):
     config_mod = pytest.importorskip("deepspeed.runtime.config")
     monkeypatch.setattr(config_mod.dist, "get_rank", lambda: 0)  # no process group here; the mpu gives the size
     utils = pytest.importorskip("deepspeed.runtime.utils")
     import json
 
-    plan = uniform_plan(strategy=strategy, chunk_blocks=chunks, micro_batches=4)
+    plan = uniform_plan(strategy=strategy, chunk_blocks=chunks, micro_batches=4, precision=precision)
     job = job_of(plan)
     text = export_plan(plan, "deepspeed")
     config = config_mod.DeepSpeedConfig(json.loads(text), mpu=DataParallel(job.dp))
     assert config.train_batch_size == 32 and config.gradient_accumulation_steps == 4
     assert config.train_micro_batch_size_per_gpu == 32 // (4 * job.dp)
-    assert config.zero_optimization_stage == strategy.zero and config.bfloat16_config.enabled
+    assert config.zero_optimization_stage == strategy.zero
+    assert (config.bfloat16_config.enabled, config.float16_config.enabled) == (precision == "bf16", precision == "fp16")
     if job.pp > 1:
-        assert config.pipeline["stages"] == job.pp and config.pipeline["activation_checkpoint_interval"] == 1
+        assert config.pipeline["stages"] == job.pp
+        assert config.pipeline["activation_checkpoint_interval"] == int(strategy.recompute)
         # PipelineModule's "type:" partition balances the blocks: our even split, embedding first, head last
         bounds = [int(b) for b in utils.partition_balanced([0] + [1] * job.blocks + [0], job.pp)]
         assert [sum(1 <= u <= job.blocks for u in range(a, b)) for a, b in zip(bounds, bounds[1:])] == list(chunks)

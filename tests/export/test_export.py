@@ -3,6 +3,7 @@ engine cannot run are refused in one line naming what differs."""
 
 import dataclasses
 import re
+import subprocess
 
 import pytest
 
@@ -104,6 +105,22 @@ def test_export_names_the_layer_that_differs():
         export_plan(dataclasses.replace(plan, layers=layers), "megatron")
 
 
+def test_export_refuses_other_models_and_rank_orders():
+    from uniap.estimate import estimate_uniform
+    from uniap.spec import load_model
+    from uniap.spec.cluster import load_cluster
+    from uniap.spec.workload import Workload
+
+    bert = estimate_uniform(load_model("bert-large"), load_cluster("a100-80g:1x8"), Workload(32, 512), zero=3)
+    with pytest.raises(UniapError, match="^export handles decoder-only models .* bert-large is a bert model"):
+        export_plan(bert, "megatron")
+    plan = uniform_plan(strategy=S(4, 1, 1), chunk_blocks=(2, 2))
+    swapped = [dataclasses.replace(plan.stages[0], ranks=plan.stages[1].ranks),
+               dataclasses.replace(plan.stages[1], ranks=plan.stages[0].ranks)]
+    with pytest.raises(UniapError, match=r"^stage 0 runs on ranks \[4, 5, 6, 7\]: engines place stage i on ranks 0..3"):
+        export_plan(dataclasses.replace(plan, stages=swapped), "deepspeed")
+
+
 def test_schemas_reject_what_the_engines_do_not_know():
     plan = uniform_plan(strategy=S(4, 1, 3), chunk_blocks=(2, 2))
     text = export_plan(plan, "torchtitan")
@@ -129,6 +146,7 @@ def test_export_command(cli, tmp_path):
     proc = cli("export", str(good), "--to", "megatron", "--out", str(out))
     assert "written to" in proc.stderr
     assert megatron.read(out.read_text())["chunk_blocks"] == (1, 3)
+    assert subprocess.run(["sh", "-n", str(out)]).returncode == 0  # a well-formed shell script
     proc = cli("export", str(good), "--to", "deepspeed", check=False)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert "deepspeed cannot run this plan: its configuration has no tensor parallelism" in proc.stderr
