@@ -116,7 +116,7 @@ def engine_plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
     cands = [cand for cand in candidates(model, cluster, workload, schedules, max_virtual_stages)
              if cand[0] == 1 or schedule_of(cand, schedules) in rules.pipeline_schedules]
 
-    @lru_cache(maxsize=None)
+    @lru_cache(maxsize=4)  # programs are megabytes each: rebuilt rather than all held (as the planner does)
     def tables(cand):
         program = build_candidate(cand, model, cluster, workload, schedules, max_tp)
         if program is None:
@@ -145,10 +145,12 @@ def engine_plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
             best = (result.solution.objective, cand, result.solution.stage_of, columns[result.solution.strategy_of])
         optimal, gap = bool(result.optimal), float(result.gap)
     else:
-        for bound, cand in sorted((lower_bound(tables(c)[0]), c) for c in cands if tables(c) is not None):
-            program, _, rows = tables(cand)
-            if bound >= best[0] or not len(rows):
+        bounds_first = sorted((lower_bound(built[0]), cand) for cand in cands
+                              if (built := tables(cand)) is not None and len(built[2]))
+        for bound, cand in bounds_first:
+            if bound >= best[0]:
                 continue
+            program, _, rows = tables(cand)
             splits = engine_splits(rules, blocks, cand[0], cand[2])
             if not splits:
                 continue
