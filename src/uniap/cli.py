@@ -13,6 +13,7 @@ from rich.table import Table
 from uniap.commands.options import (ATTENTION, BATCH, CLUSTER, FMT, KERNELS, MODEL, PREC, SCHED, SEQ, SOLVER,
                                     AttentionKernel, Fmt, Kernels, Precision, Schedule, emit_json, resolve_precision,
                                     with_engine)
+from uniap.commands.export import EngineName
 from uniap.errors import UniapError
 from uniap.planner import MAX_VIRTUAL_STAGES
 
@@ -195,6 +196,8 @@ def plan(
     max_tp: Optional[int] = typer.Option(None, "--max-tp", help="Largest tensor-parallel degree to consider."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Candidates solved in parallel (default: cores, at most 2)."),
     out_path: Optional[str] = typer.Option(None, "--out", "-o", help="Write the plan JSON here."),
+    engine: Optional[EngineName] = typer.Option(None, "--engine", help="Only plans this engine can run "
+                                                "(`uniap export --to` it), and how much slower than the free optimum."),
     profile: Optional[str] = PROFILE,
     kernels: Optional[Kernels] = KERNELS,
     attention: Optional[AttentionKernel] = ATTENTION,
@@ -216,15 +219,24 @@ def plan(
             best_text = f"best {best:.4g} s/iter" if best < float("inf") else "no plan yet"
             bar.update(task, completed=done, total=total, best=best_text)
 
-        result = plan_search(spec, clus, workload, schedule=schedule.value, solver=solver,
-                             max_virtual_stages=max_virtual_stages, time_limit=time_limit,
-                             max_tp=max_tp, workers=workers, progress=progress)
+        options = dict(schedule=schedule.value, solver=solver, max_virtual_stages=max_virtual_stages,
+                       time_limit=time_limit, max_tp=max_tp, workers=workers)
+        if engine is None:
+            result = plan_search(spec, clus, workload, progress=progress, **options)
+        else:
+            from uniap.engine_search import engine_plan_search
+            from uniap.export import engine_rules
+
+            result = engine_plan_search(spec, clus, workload, engine_rules(engine.value), **options).plan
     if out_path:
         result.save(out_path)
     if fmt is Fmt.json:
         emit_json(result.to_json())
     else:
-        print_prediction(result, f"uniap plan: {spec.name} on {clus.name}")
+        print_prediction(result, f"uniap plan: {spec.name} on {clus.name}" + (f" for {engine.value}" if engine else ""))
+        if engine is not None:
+            out.print(f"engine-restricted plan is {100 * result.search['slowdown']:.1f}% slower than the free optimum "
+                      f"({result.search['free_iteration_time_s']:.4g} s per iteration)")
         if out_path:
             out.print(f"plan written to {out_path}")
 
@@ -278,12 +290,15 @@ def _register_commands() -> None:
     """Commands that live in their own modules (one concern per file)."""
     from uniap.commands.compare import compare_command
     from uniap.commands.demo import demo_command
+    from uniap.commands.export import export_command
     from uniap.commands.profile import profile_command
     from uniap.commands.report import report_command
 
     app.command("compare", help="Compare uniap with baseline planners (Megatron grid, Galvatron, Alpa, DP, ZeRO-3) "
                 "on the same cost model.")(compare_command)
     app.command("report", help="Render a plan (and optionally a run) as a static HTML report with images.")(report_command)
+    app.command("export", help="Write a plan as a torchtitan job TOML, Megatron-LM launch flags or a DeepSpeed "
+                "config JSON.")(export_command)
     app.command("profile", help="Measure layer times per strategy and collective α–β on local ranks (for --profile)."
                 )(profile_command)
     app.command("demo", help="The end-to-end demo: profile a small GPT on 4 local ranks, plan it, run the chosen "

@@ -1,0 +1,225 @@
+"""What a training engine can express, and a plan reduced to the terms every engine's configuration speaks.
+
+Engines configure a job with one strategy for all transformer blocks (tensor, data and pipeline sizes, one ZeRO
+level, recomputation on or off) and a way to split the blocks into stages. `job_of` reduces a plan to that
+(`EngineJob`) or refuses it in one line naming the first layer that differs; `EngineRules.why_not` says what
+a given engine cannot run of it. Both `uniap export` and the engine-restricted search (`uniap plan --engine`)
+read these rules, so a plan the search returns is one the export accepts.
+
+Rank order: our stages are consecutive rank ranges with tp innermost, which is Megatron-LM's default order
+(tp, dp, pp from fastest to slowest), torchtitan's device mesh ["pp", "dp_replicate", "dp_shard", "tp"] and
+DeepSpeed's PipeDataParallelTopology (pipe outer, data inner).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from uniap.errors import UniapError
+from uniap.plan import Plan
+from uniap.strategies import Strategy
+
+DECODER_FAMILIES = ("gpt2", "llama")
+"""Families whose chain is embedding, blocks, head: the decoder-only models all three engines train."""
+
+ANY_SPLIT = "any"
+FIRST_LAST = "first-last"
+EVEN = "even"
+
+
+@dataclass(frozen=True)
+class EngineJob:
+    """A plan as an engine configures it: one strategy over the blocks and a split of the blocks into chunks."""
+
+    model: str
+    """The plan's model name (engines name models their own way; the writers map it)."""
+    family: str
+    """Model family (gpt2, llama)."""
+    world: int
+    """Devices: tp · dp · pp."""
+    devices_per_node: int
+    """Devices per node (what a launcher starts per node)."""
+    tp: int
+    """Tensor-parallel degree of every layer."""
+    dp: int
+    """Data-parallel degree of every layer."""
+    pp: int
+    """Pipeline stages (device groups)."""
+    zero: int
+    """ZeRO stage over the dp group (0 when dp is 1)."""
+    sp: bool
+    """Megatron sequence parallelism (only with tp > 1)."""
+    recompute: bool
+    """Every block recomputes its forward in backward (embedding and head never do)."""
+    global_batch: int
+    """Samples per iteration."""
+    micro_batches: int
+    """Micro-batches per iteration: pipeline micro-batches, or gradient-accumulation steps without a pipeline."""
+    micro_batch_size: int
+    """Samples per data-parallel rank per micro-batch: global_batch / (micro_batches · dp)."""
+    seq_len: int
+    """Tokens per sample."""
+    precision: str
+    """fp32, bf16 or fp16 (mixed precision with fp32 master weights)."""
+    schedule: str
+    """gpipe, 1f1b or interleaved-1f1b."""
+    virtual_stages: int
+    """Chunks per pipeline stage (1 unless interleaved)."""
+    chunk_blocks: tuple[int, ...]
+    """Blocks in each of the pp · virtual_stages chunks, in chain order (chunk j on stage j mod pp); the
+    embedding sits on chunk 0 and the head on the last."""
+
+    @property
+    def blocks(self) -> int:
+        return sum(self.chunk_blocks)
+
+    @property
+    def stage_blocks(self) -> tuple[int, ...]:
+        """Blocks per pipeline stage, summed over its chunks."""
+        return tuple(sum(self.chunk_blocks[j] for j in range(i, len(self.chunk_blocks), self.pp))
+                     for i in range(self.pp))
+
+    @property
+    def strategy(self) -> Strategy:
+        return Strategy(self.dp, self.tp, self.zero, self.recompute, self.sp)
+
+    def settings(self) -> dict:
+        """What an engine's configuration must carry of the plan: an exported file, read back, gives these
+        (the schedule only matters with a pipeline)."""
+        return {"tp": self.tp, "dp": self.dp, "pp": self.pp, "zero": self.zero if self.dp > 1 else 0,
+                "sp": self.sp, "recompute": self.recompute, "global_batch": self.global_batch,
+                "micro_batches": self.micro_batches, "micro_batch_size": self.micro_batch_size,
+                "precision": self.precision, "schedule": self.schedule if self.pp > 1 else None,
+                "virtual_stages": self.virtual_stages, "chunk_blocks": tuple(self.chunk_blocks)}
+
+
+def job_of(plan: Plan) -> EngineJob:
+    """The plan as one block strategy and a block split; refuses (one line) a plan engines cannot configure."""
+    family = str(plan.model.get("config", {}).get("family", ""))
+    names = [layer.name for layer in plan.layers]
+    decoder = len(names) >= 3 and names[0] == "embed" and names[-1] == "head" and \
+        all(name.startswith("block.") for name in names[1:-1])
+    if family not in DECODER_FAMILIES or not decoder:
+        raise UniapError(f"export handles decoder-only models (embedding, blocks, head: families "
+                         f"{', '.join(DECODER_FAMILIES)}); {plan.model['name']} is a {family or 'custom'} model")
+    blocks = plan.layers[1:-1]
+    shared = blocks[0].strategy
+    for layer in blocks:
+        if layer.strategy != shared:
+            raise UniapError(f"layer {layer.index} ({layer.name}) runs {layer.strategy.label()} but block.0 runs "
+                             f"{shared.label()}: engines run one strategy over all blocks")
+    edge = Strategy(shared.dp, shared.tp, shared.zero, False, shared.sp)
+    for layer in (plan.layers[0], plan.layers[-1]):
+        if layer.strategy != edge:
+            raise UniapError(f"layer {layer.index} ({layer.name}) runs {layer.strategy.label()} but the blocks run "
+                             f"{shared.label()}: engines give it the blocks' strategy ({edge.label()})")
+    pp, v = len(plan.stages), plan.virtual_stages
+    devices = plan.world_size // pp
+    for stage in plan.stages:
+        if stage.ranks != tuple(range(stage.index * devices, (stage.index + 1) * devices)):
+            raise UniapError(f"stage {stage.index} runs on ranks {list(stage.ranks)}: engines place stage i on "
+                             f"ranks {stage.index * devices}..{(stage.index + 1) * devices - 1}")
+    chunks = []
+    for j in range(pp * v):
+        first, last = plan.stages[j % pp].ranges[j // pp]
+        chunks.append(sum(1 for u in range(first, last + 1) if names[u].startswith("block.")))
+    global_batch = int(plan.workload["global_batch"])
+    micro_batches = int(plan.pipeline["micro_batches"])
+    if global_batch % (micro_batches * shared.dp):
+        raise UniapError(f"global batch {global_batch} does not split into {micro_batches} micro-batches over dp "
+                         f"{shared.dp}")
+    return EngineJob(
+        model=str(plan.model["name"]), family=family, world=plan.world_size,
+        devices_per_node=int(plan.cluster.get("devices_per_node", plan.world_size)), tp=shared.tp, dp=shared.dp, pp=pp,
+        zero=shared.zero, sp=shared.sp, recompute=shared.recompute, global_batch=global_batch,
+        micro_batches=micro_batches, micro_batch_size=global_batch // (micro_batches * shared.dp),
+        seq_len=int(plan.workload["seq_len"]), precision=str(plan.workload["precision"]),
+        schedule=str(plan.pipeline["schedule"]), virtual_stages=v, chunk_blocks=tuple(chunks))
+
+
+@dataclass(frozen=True)
+class EngineRules:
+    """What one engine can run of an `EngineJob`, from its source (each engine module cites where)."""
+
+    name: str
+    """The engine's name on the command line."""
+    families: tuple[str, ...]
+    """Model families the engine has an implementation of."""
+    precisions: tuple[str, ...]
+    """Training precisions it offers."""
+    zero_stages: tuple[int, ...]
+    """ZeRO stages it has over dp > 1 without a pipeline."""
+    pipeline_zero_stages: tuple[int, ...]
+    """ZeRO stages it allows together with pp > 1."""
+    tensor_parallel: bool
+    """Whether its own configuration has tensor parallelism."""
+    sequence_parallel_always: bool
+    """Tensor parallelism always comes with sequence parallelism (no plain tp)."""
+    replicate_alone: bool
+    """ZeRO-0 (replicated data parallelism) only when it is the one parallelism (no tp, no pp)."""
+    pipeline_schedules: tuple[str, ...]
+    """Schedules it runs with pp > 1."""
+    split: str
+    """How blocks may split over chunks: "any" (a module list per chunk), "first-last" (first and last stage
+    set, the middle stages equal, a stage's chunks equal) or "even" (every stage the same)."""
+
+    def why_not(self, job: EngineJob) -> str | None:
+        """The first thing of `job` this engine cannot run, or None."""
+        why = self.why_not_model(job.family, job.precision) or self.strategy_why_not(job.strategy, job.pp)
+        if why:
+            return why
+        if job.pp > 1 and job.schedule not in self.pipeline_schedules:
+            return f"it has no {job.schedule} pipeline schedule ({', '.join(self.pipeline_schedules)})"
+        return self.split_why_not(job.chunk_blocks, job.pp)
+
+    def why_not_model(self, family: str, precision: str) -> str | None:
+        """Why the engine cannot train this model family in this precision (None if it can)."""
+        if family not in self.families:
+            return f"it has no {family} model here (families {', '.join(self.families)})"
+        if precision not in self.precisions:
+            return f"it does not train in {precision} ({', '.join(self.precisions)})"
+        return None
+
+    def strategy_why_not(self, s: Strategy, pp: int) -> str | None:
+        """Why the engine cannot run strategy `s` on every block of a pp-stage pipeline (None if it can)."""
+        if s.tp > 1 and not self.tensor_parallel:
+            return f"its configuration has no tensor parallelism (the plan has tp {s.tp})"
+        if s.tp > 1 and self.sequence_parallel_always and not s.sp:
+            return "its tensor parallelism always shards the sequence (the plan has tp without sp)"
+        if s.dp > 1:
+            stages = self.pipeline_zero_stages if pp > 1 else self.zero_stages
+            if s.zero not in stages:
+                where = " with a pipeline" if pp > 1 else ""
+                return f"it has no ZeRO-{s.zero}{where} (ZeRO {', '.join(map(str, stages))})"
+            if s.zero == 0 and self.replicate_alone and (s.tp > 1 or pp > 1):
+                return "its replicated data parallelism (ZeRO-0) cannot be combined with tp or pp"
+        return None
+
+    def split_why_not(self, chunk_blocks: tuple[int, ...], pp: int) -> str | None:
+        """Why the engine cannot place these block counts per chunk (None if it can)."""
+        v = len(chunk_blocks) // pp
+        stages = [[chunk_blocks[j] for j in range(i, len(chunk_blocks), pp)] for i in range(pp)]
+        if self.split == ANY_SPLIT:
+            return None
+        if self.split == EVEN:
+            if v > 1:
+                return "it has no interleaved (virtual) pipeline stages"
+            if len(set(chunk_blocks)) > 1:
+                return f"it splits the blocks evenly over the stages, the plan has {list(chunk_blocks)}"
+            return None
+        for i, counts in enumerate(stages):
+            if min(counts) < 1 or len(set(counts)) > 1:
+                return f"stage {i} holds chunks of {counts} blocks: each of a stage's chunks gets the same number " \
+                       f"(at least one)"
+        middle = {counts[0] for counts in stages[1:-1]}
+        if len(middle) > 1:
+            return f"stages 1..{pp - 2} hold {[c[0] * v for c in stages[1:-1]]} blocks: the middle stages are equal"
+        return None
+
+
+def refuse_unless_runnable(rules: EngineRules, job: EngineJob) -> None:
+    """One line saying what of `job` the engine cannot run, if anything."""
+    why = rules.why_not(job)
+    if why:
+        raise UniapError(f"{rules.name} cannot run this plan: {why}")
+
