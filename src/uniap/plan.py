@@ -198,8 +198,18 @@ class Plan:
             raise UniapError(f"plan was made for model {self.model['name']!r}, not {config.name!r}")
 
 
+FIRST_CONFIG_FIELDS = frozenset((
+    "family", "layers", "hidden", "heads", "ffn", "vocab", "kv_heads", "max_seq", "decoder_layers", "gated_mlp",
+    "tied_embeddings", "norm", "bias", "learned_positions", "image_size", "patch_size", "channels", "num_classes",
+    "depths", "window", "type_vocab", "kv_channels"))
+"""The ModelConfig fields the first plans hashed. Fields added since (the decoder families' options) enter the hash
+only where they differ from what these imply, so a plan written before they existed keeps its fingerprint."""
+
+
 def fingerprint(config: ModelConfig, seq_len: int, world_size: int) -> str:
     """Short stable hash of what a plan depends on: the architecture, sequence length and world size."""
-    arch = {k: v for k, v in asdict(config).items() if k != "name"}
+    implied = asdict(ModelConfig(name=config.name, **{k: getattr(config, k) for k in FIRST_CONFIG_FIELDS}))
+    arch = {k: v for k, v in asdict(config).items()
+            if k != "name" and (k in FIRST_CONFIG_FIELDS or v != implied[k])}
     blob = json.dumps({"arch": arch, "seq_len": seq_len, "world": world_size}, sort_keys=True, default=list)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -141,8 +141,11 @@ def planned_gpt2(root: Path) -> Path:
 def family_plans():
     """name -> 2-rank plan of a tiny decoder family (the 2-rank launch checks each against one process):
     Gemma 3's head-wide q/k norms (their gradient summed over tp), sandwich norms and sliding windows under
-    tp2. The other families' options are tp-local (biases, norms of replicated tensors) or need no
+    tp2, with and without sequence parallelism. The other families' options are tp-local (biases, norms of replicated tensors) or need no
     distributed code; each job costs ~6 s here, so one covers them."""
     from uniap.runtime.plans import uniform_plan
 
-    return {"gemma3-tp2": uniform_plan(tiny_family("gemma-3-4b"), 2, tp=2, micro_batches=2, seq_len=FAMILY_SEQ)}
+    gemma = tiny_family("gemma-3-4b")
+    return {"gemma3-tp2": uniform_plan(gemma, 2, tp=2, micro_batches=2, seq_len=FAMILY_SEQ),
+            # sandwich norms on sequence slices: their gradients must be summed over tp too
+            "gemma3-tp2sp": uniform_plan(gemma, 2, tp=2, sp=True, micro_batches=2, seq_len=FAMILY_SEQ)}

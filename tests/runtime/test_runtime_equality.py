@@ -119,6 +119,7 @@ def test_memory_per_rank_matches_the_cost_models_per_precision_bytes(equality_re
     assert equality_results[name]["precision"] == precision
 
 
-def test_decoder_family_options_match_one_process(two_rank_results):
-    check = two_rank_results["gemma3-tp2"]["check"]
-    assert check["max_rel_loss_diff"] <= TOL and check["max_rel_param_diff"] <= TOL
+@pytest.mark.parametrize("name", ["gemma3-tp2", "gemma3-tp2sp"])
+def test_decoder_family_options_match_one_process(two_rank_results, name):
+    check = two_rank_results[name]["check"]
+    assert check["max_rel_loss_diff"] <= TOL and check["max_rel_param_diff"] <= TOL, check

@@ -41,9 +41,12 @@ def _block_plan(layer: Block, sp: bool) -> dict:
         plan.update({"mlp.gate": ColwiseParallel(), "mlp.up": ColwiseParallel(), "mlp.down": row})
     else:
         plan.update({"mlp.fc": ColwiseParallel(), "mlp.proj": row})
-    if sp:
-        plan.update({"norm1": SequenceParallel(), "norm2": SequenceParallel(),
-                     "attn": PrepareModuleInput(**gathered), "mlp": PrepareModuleInput(**gathered)})
+    if sp:  # every norm sees the sequence slice: its weight gradient is summed over tp by SequenceParallel
+        plan.update({n: SequenceParallel() for n in ("norm1", "norm2") if getattr(layer, n) is not None})
+        # a post norm's output joins the residual stream, a plain tensor
+        plan.update({n: SequenceParallel(use_local_output=True) for n in ("post_norm1", "post_norm2")
+                     if getattr(layer, n) is not None})
+        plan.update({"attn": PrepareModuleInput(**gathered), "mlp": PrepareModuleInput(**gathered)})
     return plan
 
 

@@ -9,8 +9,9 @@ sizes to the class). Every problem is one UniapError line naming the file.
 
 The decoders share one reader, driven by the config's fields; `_DECODERS` holds what each family implies
 without a field saying so (its norm, MLP, biases, q/k norms, residual layout) and its class defaults.
-Sequence length: a RoPE-scaled config (Llama 3.1, Phi-3 128k) defaults to the length it was pre-trained
-at (`original_max_position_embeddings`), not the extended window.
+Sequence length: a RoPE-scaled config that states the length it was pre-trained at
+(`original_max_position_embeddings`: Llama 3.1, Phi-3 128k) defaults to it, not the extended window; one that
+does not (Gemma 3) defaults to `max_position_embeddings`.
 """
 
 from __future__ import annotations
