@@ -216,9 +216,9 @@ def block_layout_why_not(config: ModelConfig) -> str | None:
     if config.block_norms != "pre":
         return f"its blocks have pre-norms only (the model has {config.block_norms} norms)"
     if config.sliding_layers:
-        return f"sliding-window attention is not exported (the model has a {config.sliding_window}-key window)"
+        return f"its export has no sliding-window attention (the model has a {config.sliding_window}-key window)"
     if config.attn_softcap or config.logit_softcap:
-        return "it has no soft-capping of attention scores or logits"
+        return "its attention scores and logits have no soft-capping"
     return None
 
 
