@@ -117,6 +117,9 @@ def test_export_refuses_other_models_and_rank_orders():
     with pytest.raises(UniapError, match=r"^megatron cannot run this plan: it has no bert model here \(families gpt2, "
                                          r"llama\)$"):
         export_plan(bert, "megatron")
+    t5 = estimate_uniform(load_model("t5-large"), load_cluster("a100-80g:1x8"), Workload(32, 512), zero=3)
+    with pytest.raises(UniapError, match="^export handles chains of embedding, blocks and head; t5-large is not one$"):
+        export_plan(t5, "deepspeed")
     plan = uniform_plan(strategy=S(4, 1, 1), chunk_blocks=(2, 2))
     swapped = [dataclasses.replace(plan.stages[0], ranks=plan.stages[1].ranks),
                dataclasses.replace(plan.stages[1], ranks=plan.stages[0].ranks)]
