@@ -33,15 +33,22 @@ class Recompute(str, Enum):
 def _workload(model_name: str, cluster_text: str, global_batch: int, seq_len: Optional[int],
               precision: Optional[Precision],
               profile: Optional[str] = None, kernels: Optional[Kernels] = None,
-              attention: Optional[AttentionKernel] = None):
-    """Model, cluster (under the flags' engine, calibrated by a profile when one is given) and workload."""
+              attention: Optional[AttentionKernel] = None, engine: Optional[EngineName] = None):
+    """Model, cluster (under the flags' engine, calibrated by a profile when one is given) and workload; without
+    --precision, the device's fastest precision among those the `engine` (`plan --engine`) trains in."""
     from uniap.spec import load_model
     from uniap.spec.cluster import load_cluster
     from uniap.spec.workload import Workload
 
     model = load_model(model_name, seq_len)
     cluster = with_engine(load_cluster(cluster_text), kernels, attention)
-    workload = Workload(global_batch, model.seq_len, resolve_precision(precision, cluster))
+    if engine is None:
+        chosen = resolve_precision(precision, cluster)
+    else:
+        from uniap.export import engine_rules
+
+        chosen = resolve_precision(precision, cluster, engine_rules(engine.value).precisions, engine.value)
+    workload = Workload(global_batch, model.seq_len, chosen)
     if profile is not None:
         from uniap.profile import calibrate
 
@@ -209,7 +216,8 @@ def plan(
     from uniap.planner import plan_search
     from uniap.views import print_prediction
 
-    spec, clus, workload = _workload(model, cluster, global_batch, seq_len, precision, profile, kernels, attention)
+    spec, clus, workload = _workload(model, cluster, global_batch, seq_len, precision, profile, kernels, attention,
+                                     engine)
     err = Console(stderr=True)
     with Progress(TextColumn("[bold]searching"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[best]}"),
                   TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal) as bar:
@@ -219,15 +227,17 @@ def plan(
             best_text = f"best {best:.4g} s/iter" if best < float("inf") else "no plan yet"
             bar.update(task, completed=done, total=total, best=best_text)
 
-        options = dict(schedule=schedule.value, solver=solver, max_virtual_stages=max_virtual_stages,
-                       time_limit=time_limit, max_tp=max_tp, workers=workers)
         if engine is None:
-            result = plan_search(spec, clus, workload, progress=progress, **options)
+            result = plan_search(spec, clus, workload, schedule=schedule.value, solver=solver,
+                                 time_limit=time_limit, max_tp=max_tp, workers=workers,
+                                 max_virtual_stages=max_virtual_stages, progress=progress)
         else:
             from uniap.engine_search import engine_plan_search
             from uniap.export import engine_rules
 
-            result = engine_plan_search(spec, clus, workload, engine_rules(engine.value), **options).plan
+            result = engine_plan_search(spec, clus, workload, engine_rules(engine.value), schedule=schedule.value,
+                                        solver=solver, time_limit=time_limit, max_tp=max_tp, workers=workers,
+                                        max_virtual_stages=max_virtual_stages).plan
     if out_path:
         result.save(out_path)
     if fmt is Fmt.json:

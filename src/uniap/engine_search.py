@@ -102,7 +102,7 @@ def engine_plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
                        max_tp: int | None = None, workers: int | None = None,
                        max_virtual_stages: int = MAX_VIRTUAL_STAGES) -> EngineSearch:
     """The engine-restricted optimum and the free optimum (both searched over the same schedules)."""
-    why = rules.why_not_model(model.config.family, workload.precision)
+    why = rules.why_not_model(model.config, workload.precision)
     if why:
         raise UniapError(f"{rules.name} cannot run {model.name}: {why}")
     kinds = [layer.kind for layer in model.layers]

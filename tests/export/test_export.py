@@ -2,16 +2,18 @@
 engine cannot run are refused in one line naming what differs."""
 
 import dataclasses
+import json
 import re
 import subprocess
 
 import pytest
 
 from uniap.errors import UniapError
-from uniap.export import deepspeed, export_plan, megatron, torchtitan
+from uniap.export import export_plan
 from uniap.export.capability import job_of
 from uniap.strategies import Strategy
 
+from engine_readers import read_deepspeed, read_megatron, read_torchtitan, settings_of
 from export_plans import uniform_plan
 
 S = Strategy
@@ -19,8 +21,8 @@ S = Strategy
 
 def read_back(engine, text, job):
     if engine == "deepspeed":
-        return deepspeed.read(text, job.world, job.blocks)
-    return {"torchtitan": torchtitan, "megatron": megatron}[engine].read(text)
+        return read_deepspeed(text, job.world, job.blocks)
+    return {"torchtitan": read_torchtitan, "megatron": read_megatron}[engine](text)
 
 
 CASES = [  # engine, model, strategy, chunk blocks, micro-batches, schedule, virtual stages, precision
@@ -45,7 +47,7 @@ def test_export_round_trip(engine, model, strategy, chunks, c, schedule, v, prec
                         virtual_stages=v, precision=precision)
     job = job_of(plan)
     settings = read_back(engine, export_plan(plan, engine), job)
-    assert settings == job.settings()
+    assert settings == settings_of(job)
     # and what the plan says, not only what job_of made of it
     assert (settings["tp"], settings["dp"], settings["pp"]) == (strategy.tp, strategy.dp, len(plan.stages))
     assert settings["micro_batches"] == c and settings["virtual_stages"] == v and settings["chunk_blocks"] == chunks
@@ -112,8 +114,12 @@ def test_export_refuses_other_models_and_rank_orders():
     from uniap.spec.workload import Workload
 
     bert = estimate_uniform(load_model("bert-large"), load_cluster("a100-80g:1x8"), Workload(32, 512), zero=3)
-    with pytest.raises(UniapError, match="^export handles decoder-only models .* bert-large is a bert model"):
+    with pytest.raises(UniapError, match=r"^megatron cannot run this plan: it has no bert model here \(families gpt2, "
+                                         r"llama\)$"):
         export_plan(bert, "megatron")
+    t5 = estimate_uniform(load_model("t5-large"), load_cluster("a100-80g:1x8"), Workload(32, 512), zero=3)
+    with pytest.raises(UniapError, match="^export handles chains of embedding, blocks and head; t5-large is not one$"):
+        export_plan(t5, "deepspeed")
     plan = uniform_plan(strategy=S(4, 1, 1), chunk_blocks=(2, 2))
     swapped = [dataclasses.replace(plan.stages[0], ranks=plan.stages[1].ranks),
                dataclasses.replace(plan.stages[1], ranks=plan.stages[0].ranks)]
@@ -125,18 +131,20 @@ def test_schemas_reject_what_the_engines_do_not_know():
     plan = uniform_plan(strategy=S(4, 1, 3), chunk_blocks=(2, 2))
     text = export_plan(plan, "torchtitan")
     with pytest.raises(UniapError, match="tensor_parallel_degrees"):
-        torchtitan.read(text.replace("tensor_parallel_degree", "tensor_parallel_degrees"))
+        read_torchtitan(text.replace("tensor_parallel_degree", "tensor_parallel_degrees"))
     with pytest.raises(UniapError, match="fsdp_reshard_after_forward must be one of"):
-        torchtitan.read(text.replace('"always"', '"sometimes"'))
+        read_torchtitan(text.replace('"always"', '"sometimes"'))
     flags = export_plan(uniform_plan(strategy=S(4, 1, 1), chunk_blocks=(2, 2)), "megatron")
     with pytest.raises(UniapError, match="--zero-stage"):
-        megatron.read(flags.replace("--use-distributed-optimizer", "--zero-stage 1"))
+        read_megatron(flags.replace("--use-distributed-optimizer", "--zero-stage 1"))
     with pytest.raises(UniapError, match="divisible by left over stages"):
-        megatron.read(flags.replace("--pipeline-model-parallel-size 2", "--pipeline-model-parallel-size 2 "
+        read_megatron(flags.replace("--pipeline-model-parallel-size 2", "--pipeline-model-parallel-size 2 "
                                     "--decoder-first-pipeline-num-layers 3 --decoder-last-pipeline-num-layers 3"))
     config = export_plan(uniform_plan(strategy=S(8, 1, 3), chunk_blocks=(4,)), "deepspeed")
     with pytest.raises(UniapError, match="train_batch_size is not equal"):
-        deepspeed.read(config, world=4, blocks=4)
+        read_deepspeed(config, world=4, blocks=4)
+    with pytest.raises(UniapError, match="lacks or mis-sets 'train_batch_size'"):
+        read_deepspeed(json.dumps({k: v for k, v in json.loads(config).items() if k != "train_batch_size"}), 8, 4)
 
 
 def test_export_command(cli, tmp_path):
@@ -145,7 +153,7 @@ def test_export_command(cli, tmp_path):
     out = tmp_path / "run.sh"
     proc = cli("export", str(good), "--to", "megatron", "--out", str(out))
     assert "written to" in proc.stderr
-    assert megatron.read(out.read_text())["chunk_blocks"] == (1, 3)
+    assert read_megatron(out.read_text())["chunk_blocks"] == (1, 3)
     assert subprocess.run(["sh", "-n", str(out)]).returncode == 0  # a well-formed shell script
     proc = cli("export", str(good), "--to", "deepspeed", check=False)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

@@ -7,6 +7,8 @@ from dataclasses import replace
 
 import pytest
 
+from uniap.commands.export import EngineName
+from uniap.commands.options import resolve_precision
 from uniap.engine_search import engine_plan_search, engine_splits
 from uniap.errors import UniapError
 from uniap.export import ENGINES, engine_rules, export_plan
@@ -100,3 +102,19 @@ def test_plan_engine_command(cli, tmp_path):
     data = json.loads(out.read_text())
     assert data["search"]["engine"] == "megatron" and data["search"]["slowdown"] >= 0
     assert cli("export", str(out), "--to", "megatron").stdout.startswith("#!/bin/sh")
+
+
+def test_engine_precision_is_the_fastest_the_device_and_engine_share(cli_json):
+    v100 = load_cluster("v100-32g:1x2")  # fp16 125 TFLOP/s, fp32 15.7, no bf16
+    assert resolve_precision(None, v100, engine_rules("torchtitan").precisions, "torchtitan") == "fp32"
+    assert resolve_precision(None, v100, engine_rules("megatron").precisions, "megatron") == "fp16"
+    fp16_only = replace(v100, device=replace(v100.device, peak_flops={"fp16": 125e12}))
+    with pytest.raises(UniapError, match=r"computes in none of the precisions bf16, fp32 \(torchtitan's\)$"):
+        resolve_precision(None, fp16_only, engine_rules("torchtitan").precisions, "torchtitan")
+    plan = cli_json("plan", "-m", "tiny-llama", "-c", "v100-32g:1x1", "-b", "8", "--engine", "torchtitan",
+                    "--workers", "1")
+    assert plan["workload"]["precision"] == "fp32" and plan["search"]["engine"] == "torchtitan"
+
+
+def test_engine_choices_are_the_exporters():
+    assert [e.value for e in EngineName] == list(ENGINES)

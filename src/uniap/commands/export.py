@@ -10,12 +10,10 @@ from typing import Optional
 import typer
 
 from uniap.errors import UniapError
+from uniap.export import ENGINES
 
-
-class EngineName(str, Enum):
-    torchtitan = "torchtitan"
-    megatron = "megatron"
-    deepspeed = "deepspeed"
+EngineName = Enum("EngineName", {name: name for name in ENGINES}, type=str)
+"""The engines `--to` and `plan --engine` accept."""
 
 
 def export_command(

@@ -8,6 +8,8 @@ from enum import Enum
 
 import typer
 
+from uniap.errors import UniapError
+
 
 class Fmt(str, Enum):
     table = "table"
@@ -55,14 +57,23 @@ def with_engine(cluster, kernels: "Kernels | None", attention: "AttentionKernel 
     return replace(cluster, engine=engine)
 
 
-def resolve_precision(precision: "Precision | None", cluster) -> str:
-    """The flag's precision, or the one the cluster's device computes fastest: the highest dense peak, bf16
-    before fp16 before fp32 on a tie (A100/H100: bf16; V100: fp16; TITAN Xp, whose fp16 runs at 1/64: fp32)."""
+PRECISIONS = ("fp32", "fp16", "bf16")
+"""Every training precision, in the order a tie of peaks prefers the later one."""
+
+
+def resolve_precision(precision: "Precision | None", cluster, among: tuple[str, ...] = PRECISIONS,
+                      engine: str = "") -> str:
+    """The flag's precision, or the one of `among` (an engine's precisions) the cluster's device computes fastest:
+    the highest dense peak, bf16 before fp16 before fp32 on a tie (A100/H100: bf16; V100: fp16, or fp32 for an
+    engine without fp16; TITAN Xp, whose fp16 runs at 1/64: fp32). Refused when the device has none of them."""
     if precision is not None:
         return Precision(precision).value
     peaks = cluster.device.peak_flops
-    preference = ("fp32", "fp16", "bf16")
-    return max(preference, key=lambda p: (peaks.get(p, 0.0), preference.index(p)))
+    usable = [p for p in PRECISIONS if p in among and peaks.get(p, 0.0) > 0]
+    if not usable:
+        raise UniapError(f"{cluster.device.name} computes in none of the precisions {', '.join(among)}"
+                         + (f" ({engine}'s)" if engine else ""))
+    return max(usable, key=lambda p: (peaks[p], PRECISIONS.index(p)))
 
 
 MODEL = typer.Option(..., "--model", "-m", help="Zoo name (see `uniap models`) or a Hugging Face config.json.")

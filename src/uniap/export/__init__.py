@@ -28,4 +28,4 @@ def export_plan(plan: Plan, engine: str) -> str:
     module = engine_module(engine)
     job = job_of(plan)
     refuse_unless_runnable(module.RULES, job)
-    return module.write(job, plan.model_config())
+    return module.write(job)

@@ -3,8 +3,8 @@
 Engines configure a job with one strategy for all transformer blocks (tensor, data and pipeline sizes, one ZeRO
 level, recomputation on or off) and a way to split the blocks into stages. `job_of` reduces a plan to that
 (`EngineJob`) or refuses it in one line naming the first layer that differs; `EngineRules.why_not` says what
-a given engine cannot run of it. Both `uniap export` and the engine-restricted search (`uniap plan --engine`)
-read these rules, so a plan the search returns is one the export accepts.
+a given engine cannot run of it, its model architecture included. Both `uniap export` and the engine-restricted
+search (`uniap plan --engine`) read these rules, so a plan the search returns is one the export accepts.
 
 Rank order: our stages are consecutive rank ranges with tp innermost, which is Megatron-LM's default order
 (tp, dp, pp from fastest to slowest), torchtitan's device mesh ["pp", "dp_replicate", "dp_shard", "tp"] and
@@ -14,13 +14,12 @@ DeepSpeed's PipeDataParallelTopology (pipe outer, data inner).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from uniap.errors import UniapError
 from uniap.plan import Plan
+from uniap.spec.model import ModelConfig
 from uniap.strategies import Strategy
-
-DECODER_FAMILIES = ("gpt2", "llama")
-"""Families whose chain is embedding, blocks, head: the decoder-only models all three engines train."""
 
 ANY_SPLIT = "any"
 FIRST_LAST = "first-last"
@@ -33,8 +32,8 @@ class EngineJob:
 
     model: str
     """The plan's model name (engines name models their own way; the writers map it)."""
-    family: str
-    """Model family (gpt2, llama)."""
+    config: ModelConfig
+    """The plan's architecture: what the writers turn into the engine's model settings."""
     world: int
     """Devices: tp · dp · pp."""
     devices_per_node: int
@@ -83,25 +82,14 @@ class EngineJob:
     def strategy(self) -> Strategy:
         return Strategy(self.dp, self.tp, self.zero, self.recompute, self.sp)
 
-    def settings(self) -> dict:
-        """What an engine's configuration must carry of the plan: an exported file, read back, gives these
-        (the schedule only matters with a pipeline)."""
-        return {"tp": self.tp, "dp": self.dp, "pp": self.pp, "zero": self.zero if self.dp > 1 else 0,
-                "sp": self.sp, "recompute": self.recompute, "global_batch": self.global_batch,
-                "micro_batches": self.micro_batches, "micro_batch_size": self.micro_batch_size,
-                "precision": self.precision, "schedule": self.schedule if self.pp > 1 else None,
-                "virtual_stages": self.virtual_stages, "chunk_blocks": tuple(self.chunk_blocks)}
-
 
 def job_of(plan: Plan) -> EngineJob:
     """The plan as one block strategy and a block split; refuses (one line) a plan engines cannot configure."""
-    family = str(plan.model.get("config", {}).get("family", ""))
     names = [layer.name for layer in plan.layers]
     decoder = len(names) >= 3 and names[0] == "embed" and names[-1] == "head" and \
         all(name.startswith("block.") for name in names[1:-1])
-    if family not in DECODER_FAMILIES or not decoder:
-        raise UniapError(f"export handles decoder-only models (embedding, blocks, head: families "
-                         f"{', '.join(DECODER_FAMILIES)}); {plan.model['name']} is a {family or 'custom'} model")
+    if not decoder:
+        raise UniapError(f"export handles chains of embedding, blocks and head; {plan.model['name']} is not one")
     blocks = plan.layers[1:-1]
     shared = blocks[0].strategy
     for layer in blocks:
@@ -129,7 +117,7 @@ def job_of(plan: Plan) -> EngineJob:
         raise UniapError(f"global batch {global_batch} does not split into {micro_batches} micro-batches over dp "
                          f"{shared.dp}")
     return EngineJob(
-        model=str(plan.model["name"]), family=family, world=plan.world_size,
+        model=str(plan.model["name"]), config=plan.model_config(), world=plan.world_size,
         devices_per_node=int(plan.cluster.get("devices_per_node", plan.world_size)), tp=shared.tp, dp=shared.dp, pp=pp,
         zero=shared.zero, sp=shared.sp, recompute=shared.recompute, global_batch=global_batch,
         micro_batches=micro_batches, micro_batch_size=global_batch // (micro_batches * shared.dp),
@@ -162,23 +150,26 @@ class EngineRules:
     split: str
     """How blocks may split over chunks: "any" (a module list per chunk), "first-last" (first and last stage
     set, the middle stages equal, a stage's chunks equal) or "even" (every stage the same)."""
+    architecture_why_not: Callable[[ModelConfig], str | None]
+    """What of a model of one of `families` the engine's model code lacks (None: it builds that model as
+    planned), so that an export never trains a model other than the one the plan priced."""
 
     def why_not(self, job: EngineJob) -> str | None:
         """The first thing of `job` this engine cannot run, or None."""
-        why = self.why_not_model(job.family, job.precision) or self.strategy_why_not(job.strategy, job.pp)
+        why = self.why_not_model(job.config, job.precision) or self.strategy_why_not(job.strategy, job.pp)
         if why:
             return why
         if job.pp > 1 and job.schedule not in self.pipeline_schedules:
             return f"it has no {job.schedule} pipeline schedule ({', '.join(self.pipeline_schedules)})"
         return self.split_why_not(job.chunk_blocks, job.pp)
 
-    def why_not_model(self, family: str, precision: str) -> str | None:
-        """Why the engine cannot train this model family in this precision (None if it can)."""
-        if family not in self.families:
-            return f"it has no {family} model here (families {', '.join(self.families)})"
+    def why_not_model(self, config: ModelConfig, precision: str) -> str | None:
+        """Why the engine cannot train this model in this precision (None if it can)."""
+        if config.family not in self.families:
+            return f"it has no {config.family} model here (families {', '.join(self.families)})"
         if precision not in self.precisions:
             return f"it does not train in {precision} ({', '.join(self.precisions)})"
-        return None
+        return self.architecture_why_not(config)
 
     def strategy_why_not(self, s: Strategy, pp: int) -> str | None:
         """Why the engine cannot run strategy `s` on every block of a pp-stage pipeline (None if it can)."""
@@ -215,6 +206,20 @@ class EngineRules:
         if len(middle) > 1:
             return f"stages 1..{pp - 2} hold {[c[0] * v for c in stages[1:-1]]} blocks: the middle stages are equal"
         return None
+
+
+def block_layout_why_not(config: ModelConfig) -> str | None:
+    """The block layouts neither Megatron-LM's GPT model nor torchtitan's llama3 builds (or we do not export):
+    parallel residuals, post or sandwich norms, sliding windows and soft-capping."""
+    if config.parallel_residual:
+        return "its blocks have no parallel residual (attention and MLP reading the same input)"
+    if config.block_norms != "pre":
+        return f"its blocks have pre-norms only (the model has {config.block_norms} norms)"
+    if config.sliding_layers:
+        return f"its export has no sliding-window attention (the model has a {config.sliding_window}-key window)"
+    if config.attn_softcap or config.logit_softcap:
+        return "its attention scores and logits have no soft-capping"
+    return None
 
 
 def refuse_unless_runnable(rules: EngineRules, job: EngineJob) -> None:

@@ -3,8 +3,9 @@ optimizer flags follow as the script's arguments).
 
 Flags and rules checked in Megatron-LM main at d98e8a6 (2026-08-22): `megatron/training/arguments.py`
 (`validate_args`) and `megatron/core/transformer/transformer_block.py` (`get_num_layers_to_build`). Megatron-LM's
-training code is not in the `megatron-core` wheel, so `read` checks a file against `SCHEMA`, those flags as
-arguments.py declares them, and re-derives the layer split the way `get_num_layers_to_build` does:
+training code is not in the `megatron-core` wheel, so tests/export/engine_readers.py checks a file against a schema
+of those flags as arguments.py declares them, and re-derives the layer split the way `get_num_layers_to_build`
+does:
 - the data-parallel size is not a flag: world / (tp · pp), from the launch;
 - `--decoder-first-pipeline-num-layers` / `--decoder-last-pipeline-num-layers` set the first and last stage,
   the other stages share the rest equally; without them every stage is equal. With virtual stages
@@ -17,17 +18,8 @@ arguments.py declares them, and re-derives the layer split the way `get_num_laye
 
 from __future__ import annotations
 
-import argparse
-import shlex
-
-from uniap.errors import UniapError
-from uniap.export.capability import FIRST_LAST, EngineJob, EngineRules
+from uniap.export.capability import FIRST_LAST, EngineJob, EngineRules, block_layout_why_not
 from uniap.spec.model import ModelConfig
-
-RULES = EngineRules(name="megatron", families=("gpt2", "llama"), precisions=("bf16", "fp16", "fp32"),
-                    zero_stages=(0, 1), pipeline_zero_stages=(0, 1), tensor_parallel=True,
-                    sequence_parallel_always=False, replicate_alone=False,
-                    pipeline_schedules=("1f1b", "interleaved-1f1b"), split=FIRST_LAST)
 
 SCRIPT = "pretrain_gpt.py"
 RENDEZVOUS = (' --node-rank "${NODE_RANK:-0}" --master-addr "${MASTER_ADDR:-localhost}"'
@@ -50,7 +42,35 @@ def layer_flags(job: EngineJob) -> list[str]:
     return flags
 
 
-def model_flags(job: EngineJob, config: ModelConfig) -> list[str]:
+def architecture_why_not(config: ModelConfig) -> str | None:
+    """What of the model Megatron-LM's GPT model (megatron/core/transformer) cannot build as `model_flags` sets it."""
+    biases = (config.qkv_bias, config.out_bias, config.mlp_bias)
+    if biases not in ((True, True, True), (False, False, False), (True, False, False)):
+        named = ", ".join(f"{part} {'on' if on else 'off'}" for part, on in zip(("q/k/v", "output", "MLP"), biases))
+        return f"its linear layers have biases on all, none or only the q/k/v projections (the model has {named})"
+    if config.norm == "layernorm" and not config.norm_bias:
+        return "its LayerNorm always has a bias (the model's has none)"
+    if config.qk_norm not in ("", "head"):
+        return f"its q/k norm is one head_dim-wide norm shared by the heads (the model has {config.qk_norm!r})"
+    if config.gated_mlp and config.activation != "silu":
+        return f"its gated MLP is SwiGLU (the model gates with {config.activation})"
+    if not config.gated_mlp and config.activation not in ("gelu", "gelu_tanh"):
+        return f"its plain MLP is GeLU (the model's is {config.activation})"
+    return block_layout_why_not(config)
+
+
+RULES = EngineRules(name="megatron", families=("gpt2", "llama"), precisions=("bf16", "fp16", "fp32"),
+                    zero_stages=(0, 1), pipeline_zero_stages=(0, 1), tensor_parallel=True,
+                    sequence_parallel_always=False, replicate_alone=False,
+                    pipeline_schedules=("1f1b", "interleaved-1f1b"), split=FIRST_LAST,
+                    architecture_why_not=architecture_why_not)
+
+
+def model_flags(job: EngineJob) -> list[str]:
+    """The architecture as arguments.py (d98e8a6) spells it; `architecture_why_not` refuses what it cannot.
+    A plain MLP is Megatron's F.gelu: GPT-2's tanh approximation differs from it by under 1e-3 and has the same
+    shapes and cost (`--openai-gelu` is declared there but not wired to the MLP)."""
+    config = job.config
     flags = [f"--num-layers {job.blocks}", f"--hidden-size {config.hidden}", f"--ffn-hidden-size {config.ffn}",
              f"--num-attention-heads {config.heads}", f"--seq-length {job.seq_len}",
              f"--max-position-embeddings {max(job.seq_len, config.max_seq)}"]
@@ -62,17 +82,25 @@ def model_flags(job: EngineJob, config: ModelConfig) -> list[str]:
         flags.append("--swiglu")
     if config.norm == "rmsnorm":
         flags.append("--normalization RMSNorm")
+    if config.qk_norm:
+        flags.append("--qk-layernorm")
     if not config.learned_positions:
         flags.append("--position-embedding-type rope")
-    if not config.bias:
+        if config.rotary_fraction != 1.0:
+            flags.append(f"--rotary-percent {config.rotary_fraction}")
+    if not (config.qkv_bias and config.out_bias and config.mlp_bias):
         flags.append("--disable-bias-linear")
+        if config.qkv_bias:
+            flags.append("--add-qkv-bias")
     if not config.tied_embeddings:
         flags.append("--untie-embeddings-and-output-weights")
+    if not config.dropout:  # Megatron's hidden_dropout and attention_dropout default to 0.1
+        flags += ["--attention-dropout 0.0", "--hidden-dropout 0.0"]
     return flags
 
 
-def write(job: EngineJob, config: ModelConfig) -> str:
-    flags = model_flags(job, config) + [
+def write(job: EngineJob) -> str:
+    flags = model_flags(job) + [
         f"--tensor-model-parallel-size {job.tp}", f"--pipeline-model-parallel-size {job.pp}",
         *(["--sequence-parallel"] if job.sp else []), *layer_flags(job),
         f"--micro-batch-size {job.micro_batch_size}", f"--global-batch-size {job.global_batch}",
@@ -90,90 +118,3 @@ def write(job: EngineJob, config: ModelConfig) -> str:
             f"# Run from a Megatron-LM checkout on every node; add data, tokenizer and optimizer flags as arguments.",
             f"torchrun --nnodes {nodes} --nproc-per-node {per_node}{RENDEZVOUS if nodes > 1 else ''} {SCRIPT} \\"]
     return "\n".join(head + [f"  {flag} \\" for flag in flags] + ['  "$@"']) + "\n"
-
-
-def _parser() -> argparse.ArgumentParser:
-    """SCHEMA: the flags `write` uses, with the types and choices of Megatron-LM's arguments.py (d98e8a6)."""
-    p = argparse.ArgumentParser(prog="megatron", add_help=False, exit_on_error=False)
-    for flag in ("--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--seq-length",
-                 "--max-position-embeddings", "--kv-channels", "--num-query-groups", "--tensor-model-parallel-size",
-                 "--pipeline-model-parallel-size", "--decoder-first-pipeline-num-layers",
-                 "--decoder-last-pipeline-num-layers", "--num-virtual-stages-per-pipeline-rank",
-                 "--num-layers-per-virtual-pipeline-stage", "--micro-batch-size", "--global-batch-size",
-                 "--recompute-num-layers"):
-        p.add_argument(flag, type=int, default=1 if flag.endswith("-model-parallel-size") else None)
-    for flag in ("--group-query-attention", "--swiglu", "--disable-bias-linear",
-                 "--untie-embeddings-and-output-weights", "--sequence-parallel", "--use-distributed-optimizer",
-                 "--bf16", "--fp16"):
-        p.add_argument(flag, action="store_true")
-    p.add_argument("--normalization", choices=("LayerNorm", "RMSNorm"), default="LayerNorm")
-    p.add_argument("--position-embedding-type", choices=("learned_absolute", "rope", "mrope", "relative", "none"),
-                   default="learned_absolute")
-    p.add_argument("--recompute-granularity", choices=("full", "selective"))
-    p.add_argument("--recompute-method", choices=("uniform", "block"))
-    return p
-
-
-SCHEMA = _parser()
-
-
-def read(text: str) -> dict:
-    """The settings a launch script carries (`EngineJob.settings`), checked as Megatron-LM's validate_args does."""
-    words = shlex.split(text.replace("\\\n", " "), comments=True)
-    if "torchrun" not in words or SCRIPT not in words:
-        raise UniapError(f"not a Megatron-LM launch (torchrun ... {SCRIPT})")
-    launch = words[words.index("torchrun") + 1:words.index(SCRIPT)]
-    try:
-        world = int(launch[launch.index("--nnodes") + 1]) * int(launch[launch.index("--nproc-per-node") + 1])
-        args, unknown = SCHEMA.parse_known_args([w for w in words[words.index(SCRIPT) + 1:] if w != "$@"])
-    except (ValueError, IndexError, argparse.ArgumentError) as exc:
-        raise UniapError(f"Megatron-LM flags: {exc}") from None
-    if unknown:
-        raise UniapError(f"Megatron-LM flags: not among the flags checked: {' '.join(unknown)}")
-    needed = (("--num-layers", args.num_layers), ("--micro-batch-size", args.micro_batch_size),
-              ("--global-batch-size", args.global_batch_size))
-    missing = [flag for flag, value in needed if value is None]
-    if missing:
-        raise UniapError(f"Megatron-LM flags: {', '.join(missing)} missing")
-    tp, pp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size
-    if world % (tp * pp):
-        raise UniapError(f"Megatron-LM flags: tp·pp = {tp * pp} does not divide the world of {world}")
-    dp = world // (tp * pp)
-    if args.global_batch_size % (args.micro_batch_size * dp):
-        raise UniapError("Megatron-LM flags: global batch is not a multiple of micro-batch size × data-parallel size")
-    if args.sequence_parallel and tp == 1:
-        raise UniapError("Megatron-LM flags: --sequence-parallel without tensor parallelism is switched off")
-    if args.recompute_granularity == "selective" and args.recompute_method:
-        raise UniapError("Megatron-LM flags: selective recompute takes no --recompute-method")
-    return {"tp": tp, "dp": dp, "pp": pp, "zero": int(args.use_distributed_optimizer and dp > 1),
-            "sp": args.sequence_parallel, "recompute": args.recompute_granularity == "full",
-            "global_batch": args.global_batch_size,
-            "micro_batches": args.global_batch_size // (args.micro_batch_size * dp),
-            "micro_batch_size": args.micro_batch_size,
-            "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
-            **_split(args, pp)}
-
-
-def _split(args: argparse.Namespace, pp: int) -> dict:
-    """Blocks per chunk as `get_num_layers_to_build` builds them, the schedule and the virtual stages."""
-    first, last = args.decoder_first_pipeline_num_layers, args.decoder_last_pipeline_num_layers
-    v = args.num_virtual_stages_per_pipeline_rank
-    if args.num_layers_per_virtual_pipeline_stage is not None:
-        if v is not None or first is not None or last is not None:
-            raise UniapError("Megatron-LM flags: --num-layers-per-virtual-pipeline-stage takes neither "
-                             "--num-virtual-stages-per-pipeline-rank nor uneven first/last stages")
-        v = args.num_layers // pp // args.num_layers_per_virtual_pipeline_stage
-    v = v if v and pp > 1 else 1
-    rest, left = args.num_layers - (first or 0) - (last or 0), pp - (first is not None) - (last is not None)
-    if (left and rest % left) or (left == 0 and rest):
-        raise UniapError("Megatron-LM flags: with uneven pipelining the left over layers must be divisible by "
-                         "left over stages")
-    stages = [rest // left if left else 0] * pp
-    if first is not None:
-        stages[0] = first
-    if last is not None:
-        stages[-1] = last
-    if any(n % v for n in stages):
-        raise UniapError(f"Megatron-LM flags: layers per stage {stages} are not divisible by {v} virtual stages")
-    return {"schedule": ("interleaved-1f1b" if v > 1 else "1f1b") if pp > 1 else None, "virtual_stages": v,
-            "chunk_blocks": tuple(stages[j % pp] // v for j in range(pp * v))}

@@ -1,7 +1,8 @@
 """torchtitan: a job config TOML (`torchrun ... -m torchtitan.train --job.config_file FILE`).
 
 Checked against torchtitan 0.2.2 (`torchtitan/config/job_config.py`, the last release read from TOML; its
-`ConfigManager` parses what `write` produces, tests/export/test_engine_parsers.py) and against torchtitan 0.3.0
+`ConfigManager` parses what `write` produces, tests/export/test_engine_parsers.py; tests/export/engine_readers.py
+holds the schema of its JobConfig the files are checked against) and against torchtitan 0.3.0
 and main at b5bcd76 (2026-08-21), whose recipes are Python config registries (`--module llama3 --config
 llama3_8b`) that take the same `section.key` values as command-line overrides: the file's header carries that
 command line (0.3.0's ConfigManager parses it too). 0.3.0 keeps 0.2.2's key names and picks activation
@@ -23,15 +24,37 @@ What torchtitan can express, from its source (0.2.2 `models/llama3/infra/paralle
 from __future__ import annotations
 
 import shlex
-import tomllib
 
-from uniap.errors import UniapError
-from uniap.export.capability import ANY_SPLIT, EngineJob, EngineRules
+from uniap.export.capability import ANY_SPLIT, EngineJob, EngineRules, block_layout_why_not
 from uniap.spec.model import ModelConfig
+
+
+def architecture_why_not(config: ModelConfig) -> str | None:
+    """What of the model torchtitan 0.2.2's llama3 (`models/llama3/model/model.py`: bias-free nn.Linear everywhere,
+    a separate `output` Linear, head_dim = dim // n_heads, RMSNorm, SwiGLU, full RoPE, no dropout) lacks."""
+    biases = [part for part, on in (("q/k/v", config.qkv_bias), ("attention output", config.out_bias),
+                                    ("MLP", config.mlp_bias)) if on]
+    if biases:
+        return f"its llama3 has no biases (the model has {', '.join(biases)} biases)"
+    if config.tied_embeddings:
+        return "its llama3 does not tie the output layer to the embedding (the model does)"
+    if config.kv_channels:
+        return f"its llama3 has no separate head_dim (the model's is {config.kv_channels}, not hidden / heads)"
+    if config.norm != "rmsnorm" or config.qk_norm:
+        return "its llama3 has RMSNorm before attention and MLP and no q/k norm"
+    if not config.gated_mlp or config.activation != "silu":
+        return "its llama3 MLP is SwiGLU"
+    if config.learned_positions or config.rotary_fraction != 1.0:
+        return "its llama3 rotates every head dimension with RoPE (no position table, no partial rotary)"
+    if config.dropout:
+        return "its llama3 has no dropout"
+    return block_layout_why_not(config)
+
 
 RULES = EngineRules(name="torchtitan", families=("llama",), precisions=("bf16", "fp32"), zero_stages=(0, 2, 3),
                     pipeline_zero_stages=(2, 3), tensor_parallel=True, sequence_parallel_always=True,
-                    replicate_alone=True, pipeline_schedules=("gpipe", "1f1b", "interleaved-1f1b"), split=ANY_SPLIT)
+                    replicate_alone=True, pipeline_schedules=("gpipe", "1f1b", "interleaved-1f1b"), split=ANY_SPLIT,
+                    architecture_why_not=architecture_why_not)
 
 SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B"}
 PRECISIONS = {"bf16": "bfloat16", "fp32": "float32"}
@@ -40,24 +63,6 @@ FLAVORS = {"llama3-8b": "8B", "llama3-70b": "70B", "llama3-405b": "405B"}
 """torchtitan's llama3 flavors for our zoo names; any other model needs a flavor registered with its sizes."""
 RECIPES = {"llama3-8b": "llama3_8b", "llama3-70b": "llama3_70b", "llama3-405b": "llama3_405b"}
 """torchtitan 0.3.0's llama3 config registry entries for them."""
-
-SCHEMA = {
-    "job": {"description": str},
-    "model": {"name": str, "flavor": str},
-    "training": {"local_batch_size": int, "global_batch_size": int, "seq_len": int, "mixed_precision_param": str},
-    "parallelism": {"data_parallel_replicate_degree": int, "data_parallel_shard_degree": int,
-                    "fsdp_reshard_after_forward": str, "tensor_parallel_degree": int,
-                    "pipeline_parallel_degree": int, "pipeline_parallel_schedule": str,
-                    "pipeline_parallel_microbatch_size": int, "module_fqns_per_model_part": list},
-    "activation_checkpoint": {"mode": str},
-}
-"""The sections and keys written, with their types, as torchtitan 0.2.2's JobConfig dataclasses declare them."""
-
-CHOICES = {("training", "mixed_precision_param"): ("bfloat16", "float32"),
-           ("parallelism", "fsdp_reshard_after_forward"): ("default", "always", "never"),
-           ("activation_checkpoint", "mode"): ("selective", "full", "memory_budget", "none")}
-"""The Literal fields' values in 0.2.2."""
-
 
 def model_parts(job: EngineJob) -> list[list[str]]:
     """Module names per chunk in torchtitan's llama3 model: tok_embeddings, layers.i, norm, output."""
@@ -111,7 +116,7 @@ def recipe_arguments(job: EngineJob) -> list[str]:
     return args + [f"activation-checkpoint:{'full' if job.recompute else 'none'}"]
 
 
-def write(job: EngineJob, config: ModelConfig) -> str:
+def write(job: EngineJob) -> str:
     """The TOML file (the model comes from the plan's name: torchtitan's flavors carry the sizes)."""
     recipe = RECIPES.get(job.model, "RECIPE")
     lines = [f"# {job.model} on {job.world} devices, from a uniap plan: a torchtitan 0.2.x job config",
@@ -139,41 +144,3 @@ def _toml_value(value) -> str:
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-
-
-def read(text: str) -> dict:
-    """The settings a torchtitan TOML carries (`EngineJob.settings`), after checking it against `SCHEMA`."""
-    try:
-        config = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise UniapError(f"not a TOML file: {exc}") from None
-    for section, values in config.items():
-        if section not in SCHEMA or not isinstance(values, dict):
-            raise UniapError(f"torchtitan config: unknown section [{section}]")
-        for key, value in values.items():
-            kind = SCHEMA[section].get(key)
-            if kind is None or not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                raise UniapError(f"torchtitan config: [{section}] {key} = {value!r} is not a known "
-                                 f"{kind.__name__ if kind else 'key'}")
-            if (section, key) in CHOICES and value not in CHOICES[section, key]:
-                raise UniapError(f"torchtitan config: [{section}] {key} must be one of {CHOICES[section, key]}")
-    try:
-        training, par = config["training"], config["parallelism"]
-        replicate, shard = par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]
-        pp, parts = par["pipeline_parallel_degree"], par["module_fqns_per_model_part"]
-        dp = replicate * shard
-        local = training["local_batch_size"]
-        accumulation = training["global_batch_size"] // (local * dp)
-        micro_size = par["pipeline_parallel_microbatch_size"] if pp > 1 else local
-        reshard = {"always": 3, "never": 2, "default": 2 if pp > 1 else 3}  # "default": no resharding with pp
-        zero = reshard[par["fsdp_reshard_after_forward"]] if shard > 1 else 0
-        schedule = {name: ours for ours, name in SCHEDULES.items()}[par["pipeline_parallel_schedule"]]
-        return {"tp": par["tensor_parallel_degree"], "dp": dp, "pp": pp, "zero": zero,
-                "sp": par["tensor_parallel_degree"] > 1, "recompute": config["activation_checkpoint"]["mode"] == "full",
-                "global_batch": training["global_batch_size"], "micro_batches": accumulation * (local // micro_size),
-                "micro_batch_size": micro_size,
-                "precision": {name: ours for ours, name in PRECISIONS.items()}[training["mixed_precision_param"]],
-                "schedule": schedule if pp > 1 else None, "virtual_stages": len(parts) // pp,
-                "chunk_blocks": tuple(sum(name.startswith("layers.") for name in part) for part in parts)}
-    except (KeyError, ZeroDivisionError) as exc:
-        raise UniapError(f"torchtitan config lacks or mis-sets {exc}") from None

@@ -1,0 +1,220 @@
+"""Exported files read back: each engine's configuration checked against a schema of what that engine's own
+config code declares (types, choices, its validation rules), giving the plan settings it carries
+(`settings_of`). Test oracles only: the package writes these files, it never reads them."""
+
+import argparse
+import json
+import shlex
+import tomllib
+
+from uniap.errors import UniapError
+from uniap.export import megatron, torchtitan
+from uniap.export.capability import EngineJob
+
+
+def settings_of(job: EngineJob) -> dict:
+    """What an engine's configuration must carry of the plan: an exported file, read back, gives these (the
+    schedule only matters with a pipeline)."""
+    return {"tp": job.tp, "dp": job.dp, "pp": job.pp, "zero": job.zero if job.dp > 1 else 0,
+            "sp": job.sp, "recompute": job.recompute, "global_batch": job.global_batch,
+            "micro_batches": job.micro_batches, "micro_batch_size": job.micro_batch_size,
+            "precision": job.precision, "schedule": job.schedule if job.pp > 1 else None,
+            "virtual_stages": job.virtual_stages, "chunk_blocks": tuple(job.chunk_blocks)}
+
+
+def _megatron_parser() -> argparse.ArgumentParser:
+    """The flags `megatron.write` uses, with the types and choices of Megatron-LM's arguments.py and
+    TransformerConfig (d98e8a6)."""
+    p = argparse.ArgumentParser(prog="megatron", add_help=False, exit_on_error=False)
+    for flag in ("--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--seq-length",
+                 "--max-position-embeddings", "--kv-channels", "--num-query-groups", "--tensor-model-parallel-size",
+                 "--pipeline-model-parallel-size", "--decoder-first-pipeline-num-layers",
+                 "--decoder-last-pipeline-num-layers", "--num-virtual-stages-per-pipeline-rank",
+                 "--num-layers-per-virtual-pipeline-stage", "--micro-batch-size", "--global-batch-size",
+                 "--recompute-num-layers"):
+        p.add_argument(flag, type=int, default=1 if flag.endswith("-model-parallel-size") else None)
+    for flag in ("--attention-dropout", "--hidden-dropout", "--rotary-percent"):
+        p.add_argument(flag, type=float, default=1.0 if flag == "--rotary-percent" else 0.1)
+    for flag in ("--group-query-attention", "--swiglu", "--disable-bias-linear", "--add-qkv-bias", "--qk-layernorm",
+                 "--untie-embeddings-and-output-weights", "--sequence-parallel", "--use-distributed-optimizer",
+                 "--bf16", "--fp16"):
+        p.add_argument(flag, action="store_true")
+    p.add_argument("--normalization", choices=("LayerNorm", "RMSNorm"), default="LayerNorm")
+    p.add_argument("--position-embedding-type", choices=("learned_absolute", "rope", "mrope", "relative", "none"),
+                   default="learned_absolute")
+    p.add_argument("--recompute-granularity", choices=("full", "selective"))
+    p.add_argument("--recompute-method", choices=("uniform", "block"))
+    return p
+
+
+MEGATRON_SCHEMA = _megatron_parser()
+
+
+def megatron_arguments(text: str) -> tuple[int, argparse.Namespace]:
+    """The world size of a launch script and its pretrain_gpt.py flags, parsed by `MEGATRON_SCHEMA`."""
+    words = shlex.split(text.replace("\\\n", " "), comments=True)
+    if "torchrun" not in words or megatron.SCRIPT not in words:
+        raise UniapError(f"not a Megatron-LM launch (torchrun ... {megatron.SCRIPT})")
+    launch = words[words.index("torchrun") + 1:words.index(megatron.SCRIPT)]
+    try:
+        world = int(launch[launch.index("--nnodes") + 1]) * int(launch[launch.index("--nproc-per-node") + 1])
+        flags = [w for w in words[words.index(megatron.SCRIPT) + 1:] if w != "$@"]
+        args, unknown = MEGATRON_SCHEMA.parse_known_args(flags)
+    except (ValueError, IndexError, argparse.ArgumentError) as exc:
+        raise UniapError(f"Megatron-LM flags: {exc}") from None
+    if unknown:
+        raise UniapError(f"Megatron-LM flags: not among the flags checked: {' '.join(unknown)}")
+    return world, args
+
+
+def read_megatron(text: str) -> dict:
+    """The settings a launch script carries (`settings_of`), checked as Megatron-LM's validate_args does."""
+    world, args = megatron_arguments(text)
+    needed = (("--num-layers", args.num_layers), ("--micro-batch-size", args.micro_batch_size),
+              ("--global-batch-size", args.global_batch_size))
+    missing = [flag for flag, value in needed if value is None]
+    if missing:
+        raise UniapError(f"Megatron-LM flags: {', '.join(missing)} missing")
+    tp, pp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size
+    if world % (tp * pp):
+        raise UniapError(f"Megatron-LM flags: tp·pp = {tp * pp} does not divide the world of {world}")
+    dp = world // (tp * pp)
+    if args.global_batch_size % (args.micro_batch_size * dp):
+        raise UniapError("Megatron-LM flags: global batch is not a multiple of micro-batch size × data-parallel size")
+    if args.sequence_parallel and tp == 1:
+        raise UniapError("Megatron-LM flags: --sequence-parallel without tensor parallelism is switched off")
+    if args.recompute_granularity == "selective" and args.recompute_method:
+        raise UniapError("Megatron-LM flags: selective recompute takes no --recompute-method")
+    return {"tp": tp, "dp": dp, "pp": pp, "zero": int(args.use_distributed_optimizer and dp > 1),
+            "sp": args.sequence_parallel, "recompute": args.recompute_granularity == "full",
+            "global_batch": args.global_batch_size,
+            "micro_batches": args.global_batch_size // (args.micro_batch_size * dp),
+            "micro_batch_size": args.micro_batch_size,
+            "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
+            **_megatron_split(args, pp)}
+
+
+def _megatron_split(args: argparse.Namespace, pp: int) -> dict:
+    """Blocks per chunk as `get_num_layers_to_build` builds them, the schedule and the virtual stages."""
+    first, last = args.decoder_first_pipeline_num_layers, args.decoder_last_pipeline_num_layers
+    v = args.num_virtual_stages_per_pipeline_rank
+    if args.num_layers_per_virtual_pipeline_stage is not None:
+        if v is not None or first is not None or last is not None:
+            raise UniapError("Megatron-LM flags: --num-layers-per-virtual-pipeline-stage takes neither "
+                             "--num-virtual-stages-per-pipeline-rank nor uneven first/last stages")
+        v = args.num_layers // pp // args.num_layers_per_virtual_pipeline_stage
+    v = v if v and pp > 1 else 1
+    rest, left = args.num_layers - (first or 0) - (last or 0), pp - (first is not None) - (last is not None)
+    if (left and rest % left) or (left == 0 and rest):
+        raise UniapError("Megatron-LM flags: with uneven pipelining the left over layers must be divisible by "
+                         "left over stages")
+    stages = [rest // left if left else 0] * pp
+    if first is not None:
+        stages[0] = first
+    if last is not None:
+        stages[-1] = last
+    if any(n % v for n in stages):
+        raise UniapError(f"Megatron-LM flags: layers per stage {stages} are not divisible by {v} virtual stages")
+    return {"schedule": ("interleaved-1f1b" if v > 1 else "1f1b") if pp > 1 else None, "virtual_stages": v,
+            "chunk_blocks": tuple(stages[j % pp] // v for j in range(pp * v))}
+
+
+TORCHTITAN_SCHEMA = {
+    "job": {"description": str},
+    "model": {"name": str, "flavor": str},
+    "training": {"local_batch_size": int, "global_batch_size": int, "seq_len": int, "mixed_precision_param": str},
+    "parallelism": {"data_parallel_replicate_degree": int, "data_parallel_shard_degree": int,
+                    "fsdp_reshard_after_forward": str, "tensor_parallel_degree": int,
+                    "pipeline_parallel_degree": int, "pipeline_parallel_schedule": str,
+                    "pipeline_parallel_microbatch_size": int, "module_fqns_per_model_part": list},
+    "activation_checkpoint": {"mode": str},
+}
+"""The sections and keys written, with their types, as torchtitan 0.2.2's JobConfig dataclasses declare them."""
+
+TORCHTITAN_CHOICES = {("training", "mixed_precision_param"): ("bfloat16", "float32"),
+           ("parallelism", "fsdp_reshard_after_forward"): ("default", "always", "never"),
+           ("activation_checkpoint", "mode"): ("selective", "full", "memory_budget", "none")}
+"""The Literal fields' values in 0.2.2."""
+
+
+
+def read_torchtitan(text: str) -> dict:
+    """The settings a torchtitan TOML carries (`settings_of`), after checking it against `TORCHTITAN_SCHEMA`."""
+    try:
+        config = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UniapError(f"not a TOML file: {exc}") from None
+    for section, values in config.items():
+        if section not in TORCHTITAN_SCHEMA or not isinstance(values, dict):
+            raise UniapError(f"torchtitan config: unknown section [{section}]")
+        for key, value in values.items():
+            kind = TORCHTITAN_SCHEMA[section].get(key)
+            if kind is None or not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise UniapError(f"torchtitan config: [{section}] {key} = {value!r} is not a known "
+                                 f"{kind.__name__ if kind else 'key'}")
+            if (section, key) in TORCHTITAN_CHOICES and value not in TORCHTITAN_CHOICES[section, key]:
+                raise UniapError(f"torchtitan config: [{section}] {key} must be one of "
+                                 f"{TORCHTITAN_CHOICES[section, key]}")
+    try:
+        training, par = config["training"], config["parallelism"]
+        replicate, shard = par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]
+        pp, parts = par["pipeline_parallel_degree"], par["module_fqns_per_model_part"]
+        dp = replicate * shard
+        local = training["local_batch_size"]
+        accumulation = training["global_batch_size"] // (local * dp)
+        micro_size = par["pipeline_parallel_microbatch_size"] if pp > 1 else local
+        reshard = {"always": 3, "never": 2, "default": 2 if pp > 1 else 3}  # "default": no resharding with pp
+        zero = reshard[par["fsdp_reshard_after_forward"]] if shard > 1 else 0
+        schedule = {name: ours for ours, name in torchtitan.SCHEDULES.items()}[par["pipeline_parallel_schedule"]]
+        precisions = {name: ours for ours, name in torchtitan.PRECISIONS.items()}
+        return {"tp": par["tensor_parallel_degree"], "dp": dp, "pp": pp, "zero": zero,
+                "sp": par["tensor_parallel_degree"] > 1, "recompute": config["activation_checkpoint"]["mode"] == "full",
+                "global_batch": training["global_batch_size"], "micro_batches": accumulation * (local // micro_size),
+                "micro_batch_size": micro_size,
+                "precision": precisions[training["mixed_precision_param"]],
+                "schedule": schedule if pp > 1 else None, "virtual_stages": len(parts) // pp,
+                "chunk_blocks": tuple(sum(name.startswith("layers.") for name in part) for part in parts)}
+    except (KeyError, ZeroDivisionError) as exc:
+        raise UniapError(f"torchtitan config lacks or mis-sets {exc}") from None
+
+
+DEEPSPEED_SCHEMA = {"train_batch_size": int, "train_micro_batch_size_per_gpu": int,
+                    "gradient_accumulation_steps": int, "bf16": dict, "fp16": dict, "zero_optimization": dict,
+                    "pipeline": dict, "activation_checkpointing": dict}
+"""The top-level keys written and their JSON types, as DeepSpeed 0.19.8's config reads them."""
+
+
+def read_deepspeed(text: str, world: int, blocks: int) -> dict:
+    """The settings a DeepSpeed config carries for a job on `world` devices of a model with `blocks` blocks
+    (DeepSpeed takes the device count from the launcher and the blocks from the model code; the split is the
+    even one its balanced partition makes)."""
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UniapError(f"not a JSON file: {exc}") from None
+    for key, value in config.items():
+        kind = DEEPSPEED_SCHEMA.get(key)
+        if kind is None or not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise UniapError(f"DeepSpeed config: {key} = {value!r} is not a known {kind.__name__ if kind else 'key'}")
+    try:
+        pipeline = config.get("pipeline", {})
+        pp = int(pipeline.get("stages", 1))
+        dp = world // pp
+        micro, accumulation = config["train_micro_batch_size_per_gpu"], config["gradient_accumulation_steps"]
+        zero = int(config.get("zero_optimization", {}).get("stage", 0))
+        batch = config["train_batch_size"]
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        raise UniapError(f"DeepSpeed config lacks or mis-sets {exc}") from None
+    if batch != micro * accumulation * dp:
+        raise UniapError("DeepSpeed config: train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step "
+                         "* world_size")
+    if pp > 1 and zero > 1:
+        raise UniapError("DeepSpeed config: ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism")
+    precision = "bf16" if config.get("bf16", {}).get("enabled") else \
+        "fp16" if config.get("fp16", {}).get("enabled") else "fp32"
+    recompute = pipeline.get("activation_checkpoint_interval", 0) > 0 if pp > 1 else \
+        "activation_checkpointing" in config
+    return {"tp": 1, "dp": dp, "pp": pp, "zero": zero, "sp": False, "recompute": recompute,
+            "global_batch": batch, "micro_batches": accumulation, "micro_batch_size": micro,
+            "precision": precision, "schedule": "1f1b" if pp > 1 else None, "virtual_stages": 1,
+            "chunk_blocks": (blocks // pp,) * pp}
