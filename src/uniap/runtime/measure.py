@@ -56,10 +56,15 @@ def static_bytes(module: nn.Module, optimizer: torch.optim.Optimizer | None) -> 
 
 
 class ActivationMeter:
-    """Peak bytes autograd saves for the micro-batches in flight on this rank."""
+    """Peak bytes autograd saves for the micro-batches in flight on this rank.
+
+    `enabled` False turns `forward` into a no-op: the saved-tensor hooks cost time on every operator, so the
+    training loop meters only the steps that measure memory.
+    """
 
     def __init__(self, module: nn.Module):
         self.module = module
+        self.enabled = True
         self.live: dict[object, int] = {}
         self.current = 0
         self.peak = 0
@@ -74,6 +79,9 @@ class ActivationMeter:
 
     @contextmanager
     def forward(self, key: object):
+        if not self.enabled:
+            yield
+            return
         seen: set[int] = set()
         params = self._param_storages()
         total = [0]

@@ -1,6 +1,6 @@
 """The training loop on every rank, its measurements, and the one-process `check` reference.
 
-`train_job(job, ctx)` runs one plan inside an initialised process group and returns the result
+`train_job(job, ctx)` runs one `TrainingJob` inside an initialised process group and returns the result
 dict on rank 0 (None elsewhere):
 
   steps               steps run in this invocation (a resumed run starts at `first_step`)
@@ -9,7 +9,9 @@ dict on rank 0 (None elsewhere):
                       from a world barrier to the end of the optimizer step, max over ranks
   stage_time_s        per stage: median over its ranks of the rank's median per-step compute time
                       (forward + backward + loss of its micro-batches; see measure.py)
-  peak_memory_bytes   per rank (see measure.py for what it counts on CPU)
+  peak_memory_bytes   per rank (see measure.py for what it counts on CPU); on CPU the saved activations are
+                      metered on the first step only (same shapes as the rest), unless the job asks for every
+                      step, so that the timed steps run without saved-tensor hooks
   check               {"max_rel_loss_diff", "max_rel_param_diff"} against one-process training on
                       the same data and seed, or None
 
@@ -40,6 +42,7 @@ from uniap.plan import Plan
 from uniap.runtime import checkpoint as ckpt
 from uniap.runtime import data as data_mod
 from uniap.runtime.checks import RunShape, check_plan
+from uniap.runtime.job import OPTIMIZERS, TrainingJob
 from uniap.runtime.measure import static_bytes
 from uniap.runtime.mesh import build_topology
 from uniap.runtime.parallelize import build_stage
@@ -57,9 +60,6 @@ class Context:
     rank: int
     world: int
     device: torch.device
-
-
-OPTIMIZERS = ("sgd", "adamw")
 
 
 def make_optimizer(params, lr: float, kind: str = "sgd") -> torch.optim.Optimizer:
@@ -141,16 +141,12 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a - b).abs().max().item() / scale
 
 
-def train_job(job: dict, ctx: Context) -> dict | None:
+def train_job(job: TrainingJob, ctx: Context) -> dict | None:
     rank, world, device = ctx.rank, ctx.world, ctx.device
-    plan = Plan.load(job["plan"])
+    plan = Plan.load(job.plan)
     shape = check_plan(plan, world)
-    steps = int(job.get("steps", 3))
-    seed, lr, data = int(job.get("seed", 0)), float(job.get("lr", 1e-3)), job.get("data")
-    opt_kind = str(job.get("optimizer", "sgd"))
-    ck_dir, ck_every = job.get("checkpoint_dir"), int(job.get("checkpoint_every", 0) or 0)
-    if (ck_every or job.get("resume")) and not ck_dir:
-        raise UniapError("checkpointing and resume need a checkpoint_dir")
+    steps, seed, lr, data, opt_kind = job.steps, job.seed, job.lr, job.data, job.optimizer
+    ck_dir, ck_every = job.checkpoint_dir, job.checkpoint_every
 
     topo = build_topology(shape, rank, device.type)
     built = build_stage(shape, topo, seed, device)
@@ -159,7 +155,7 @@ def train_job(job: dict, ctx: Context) -> dict | None:
 
     first_step = 0
     resumed_from = None
-    if job.get("resume"):
+    if job.resume:
         found = ckpt.latest(ck_dir)
         if found is not None:
             check_resumable(found[1], shape, opt_kind)
@@ -175,6 +171,8 @@ def train_job(job: dict, ctx: Context) -> dict | None:
         x, y = data_mod.batch(step, shape.global_batch, shape.seq_len, shape.config.vocab, seed, data)
         x, y = x.to(device), y.to(device)
         _maybe_fail(rank, step)
+        metered = job.meter_every_step or step == first_step
+        runner.meter.enabled = metered
         dist.barrier()
         t0 = time.perf_counter()
         local = runner.step(x, y)
@@ -182,7 +180,8 @@ def train_job(job: dict, ctx: Context) -> dict | None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         elapsed = time.perf_counter() - t0
-        static_peak = max(static_peak, static_bytes(built.module, optimizer))
+        if metered:
+            static_peak = max(static_peak, static_bytes(built.module, optimizer))
         optimizer.zero_grad(set_to_none=True)
         compute_times.append(runner.timer.take())
         stats = torch.tensor([local if counts_loss else 0.0, elapsed], dtype=torch.float64)
@@ -207,7 +206,7 @@ def train_job(job: dict, ctx: Context) -> dict | None:
     dist.all_gather_object(everyone, mine)
 
     check = None
-    if job.get("check"):
+    if job.check:
         params = _full_params(built.module)
         gathered: list = [None] * world if rank == 0 else None
         dist.gather_object(params if topo.position == 0 else None, gathered, dst=0)
