@@ -42,6 +42,7 @@ from uniap.plan import Plan
 from uniap.runtime import checkpoint as ckpt
 from uniap.runtime import data as data_mod
 from uniap.runtime.checks import RunShape, check_plan
+from uniap.runtime.data_parallel import set_backwards_per_step
 from uniap.runtime.job import OPTIMIZERS, TrainingJob
 from uniap.runtime.measure import static_bytes
 from uniap.runtime.mesh import build_topology
@@ -150,6 +151,7 @@ def train_job(job: TrainingJob, ctx: Context) -> dict | None:
 
     topo = build_topology(shape, rank, device.type)
     built = build_stage(shape, topo, seed, device)
+    set_backwards_per_step(built.module, shape.micro_batches)  # ZeRO-0 layers all-reduce once per step
     optimizer = make_optimizer(built.module.parameters(), lr, opt_kind)
     runner = StepRunner(shape, topo, built, device)
 
