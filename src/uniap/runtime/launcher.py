@@ -6,8 +6,9 @@ rank 0 wrote. Rank side: `rank_main(body)` is the `__main__` of a worker module;
 `body`, writes rank 0's `result.json`, and on any failure writes `error-rank<r>.json` and exits at once, so
 that torchrun stops the others and the parent can name the rank that failed first.
 
-Ranks die with their agent (`PR_SET_PDEATHSIG`): torchrun starts each rank in its own session, so a killed
-agent would otherwise leave its ranks running on as orphans.
+On several machines the nodes' launchers agree on the cause first (`failure_exchange`). Ranks die with their
+agent (`PR_SET_PDEATHSIG`): torchrun starts each rank in its own session, so a killed agent would otherwise
+leave its ranks running on as orphans.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from uniap.errors import UniapError
+from uniap.runtime.failure_exchange import Diagnosis, FailureExchange
 
 RESULT = "result.json"
 PAYLOAD = "payload.json"
@@ -110,6 +112,7 @@ def launch(entry: list[str], payload: dict, nodes: Nodes, *, wall_s: float, what
     (workdir / PAYLOAD).write_text(json.dumps(payload, default=list))
     log = workdir / "torchrun.log"
     cmd, env = torchrun_command(entry, nodes, workdir / PAYLOAD, out)
+    exchange = FailureExchange(nodes.endpoint, nodes.nnodes, nodes.node_rank) if nodes.nnodes > 1 else None
     deadline = time.monotonic() + wall_s
     with open(log, "w") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -131,7 +134,8 @@ def launch(entry: list[str], payload: dict, nodes: Nodes, *, wall_s: float, what
     if on_poll is not None:
         on_poll(out)
     if rc != 0:
-        raise UniapError(failure_line(out, log, rc, nodes, what))
+        mine = diagnose(out, log, rc, nodes, what)
+        raise UniapError((exchange.exchange(mine) if exchange else mine).line)
     result = None
     if 0 in nodes.local_ranks:
         try:
@@ -164,8 +168,8 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def failure_line(out: Path, log: Path, rc: int, nodes: Nodes, what: str = "run") -> str:
-    """One line naming the cause of a failed launch.
+def diagnose(out: Path, log: Path, rc: int, nodes: Nodes, what: str = "run") -> Diagnosis:
+    """This machine's account of a failed launch, in one line.
 
     A rank killed by a signal writes nothing, and its peers then fail on a closed connection or a timeout, so a
     signal death in torchrun's report outranks the error files; otherwise the rank whose error came first is the
@@ -183,13 +187,14 @@ def failure_line(out: Path, log: Path, rc: int, nodes: Nodes, what: str = "run")
             continue
     wrote = {int(e["rank"]) for e in errors if str(e.get("rank")).isdigit()}
     killed = {r: s for r, s in signal_deaths(log_text).items() if r not in wrote}
+    now = time.time()
     if killed:
         rank, number = min(killed.items())
-        return f"rank {rank} was killed by signal {number} ({_signal_name(number)}) (log: {log})"
+        return Diagnosis(f"rank {rank} was killed by signal {number} ({_signal_name(number)}) (log: {log})", 2, now)
     if errors:
         first = min(errors, key=lambda e: e.get("time", 0.0))
         if first.get("uniap_error"):
-            return first["message"]
+            return Diagnosis(first["message"], 1, first.get("time", now))
         note = ""
         message = first["message"]
         if "timed out" in message.lower() or "timeout" in message.lower():
@@ -197,13 +202,19 @@ def failure_line(out: Path, log: Path, rc: int, nodes: Nodes, what: str = "run")
             quiet = sorted(set(nodes.local_ranks) - wrote)
             if quiet:
                 note = f"; ranks that stopped answering: {quiet}"
-        return f"rank {first['rank']} failed: {first['type']}: {message[:500]}{note} (log: {log})"
+        return Diagnosis(f"rank {first['rank']} failed: {first['type']}: {message[:500]}{note} (log: {log})", 1,
+                         first.get("time", now))
     if rc < 0:
-        return (f"{what} failed: the torchrun agent of node {nodes.node_rank} was killed by signal {-rc} "
-                f"({_signal_name(-rc)}) (log: {log})")
+        ranks = ", ".join(map(str, nodes.local_ranks))
+        return Diagnosis(f"{what} failed: the torchrun agent of node {nodes.node_rank} (ranks {ranks}) was killed "
+                         f"by signal {-rc} ({_signal_name(-rc)}) (log: {log})", 2, now)
     lines = [line.strip() for line in log_text.splitlines() if line.strip()]
     tail = lines[-1][:300] if lines else ""
-    return f"{what} failed: torchrun exited with code {rc}: {tail} (log: {log})"
+    return Diagnosis(f"{what} failed: torchrun exited with code {rc}: {tail} (log: {log})", 0, now)
+
+
+def failure_line(out: Path, log: Path, rc: int, nodes: Nodes, what: str = "run") -> str:
+    return diagnose(out, log, rc, nodes, what).line
 
 
 # ---- rank side -------------------------------------------------------------------------------------------------

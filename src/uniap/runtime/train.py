@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -50,7 +51,8 @@ from uniap.runtime.parallelize import build_stage
 from uniap.runtime.pipeline import StepRunner
 
 # Test hooks: rank UNIAP_FAIL_RANK raises at step UNIAP_FAIL_STEP (default 0), or with
-# UNIAP_FAIL_MODE=hang stops answering (sleeps) there, which the collective timeouts must bound.
+# UNIAP_FAIL_MODE=hang stops answering (sleeps) there, which the collective timeouts must bound, or with
+# UNIAP_FAIL_MODE=kill dies of SIGKILL there (as a machine that loses a process).
 FAIL_RANK_ENV = "UNIAP_FAIL_RANK"
 FAIL_STEP_ENV = "UNIAP_FAIL_STEP"
 FAIL_MODE_ENV = "UNIAP_FAIL_MODE"
@@ -103,6 +105,8 @@ def _maybe_fail(rank: int, step: int) -> None:
     if want is not None and want.strip() != "" and int(want) == rank and step == int(os.environ.get(FAIL_STEP_ENV, "0")):
         if os.environ.get(FAIL_MODE_ENV) == "hang":
             time.sleep(3600)
+        if os.environ.get(FAIL_MODE_ENV) == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
         raise RuntimeError(f"injected failure on rank {rank} at step {step} ({FAIL_RANK_ENV})")
 
 

@@ -1,0 +1,61 @@
+"""Several machines, played by two torchrun agents on 127.0.0.1 (2 × 2 ranks) started by `uniap run`."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from runtime_cases import GPT, LR
+from uniap.runtime.plans import uniform_plan
+
+
+def _free_port() -> int:
+    """A port whose successor is free too (the nodes' launchers exchange failure reports on port + 1)."""
+    for _ in range(50):
+        with socket.socket() as a, socket.socket() as b:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            try:
+                b.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no pair of free ports")
+
+
+def _two_nodes(plan_path, *extra, env=None) -> list[subprocess.CompletedProcess]:
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, "-m", "uniap.cli", "run", "--plan", str(plan_path), "--nproc", "2",
+                               "--nnodes", "2", "--node-rank", str(r), "--rdzv-endpoint", f"127.0.0.1:{port}",
+                               "--lr", str(LR), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, **(env or {})})
+             for r in (0, 1)]
+    return [subprocess.CompletedProcess(p.args, p.wait(timeout=120), *p.communicate()) for p in procs]
+
+
+def test_two_nodes_match_one_process(tmp_path):
+    plan = tmp_path / "plan.json"
+    uniform_plan(GPT, 4, pp=2, dp=2, micro_batches=2).save(plan)  # a stage per "machine", dp inside it
+    node0, node1 = _two_nodes(plan, "--steps", "2", "--check", "--format", "json")
+    assert node0.returncode == 0 and node1.returncode == 0, (node0.stderr[-2000:], node1.stderr[-2000:])
+    result = json.loads(node0.stdout)
+    assert result["world_size"] == 4 and result["steps"] == 2
+    assert result["check"]["max_rel_loss_diff"] < 1e-5 and result["check"]["max_rel_param_diff"] < 1e-5
+    assert "node 0 reports the results" in node1.stdout
+
+
+def test_killed_rank_is_named_on_both_nodes(tmp_path):
+    plan = tmp_path / "plan.json"
+    uniform_plan(GPT, 4, pp=2, dp=2, micro_batches=2).save(plan)
+    t0 = time.monotonic()
+    ends = _two_nodes(plan, "--steps", "3", "--timeout", "30",
+                      env={"UNIAP_FAIL_RANK": "3", "UNIAP_FAIL_STEP": "1", "UNIAP_FAIL_MODE": "kill"})
+    assert time.monotonic() - t0 < 90
+    for end in ends:
+        lines = end.stderr.strip().splitlines()
+        assert end.returncode != 0 and len(lines) == 1, end.stderr[-2000:]
+        assert lines[0].startswith("uniap: error: rank 3 was killed by signal 9 (SIGKILL)"), lines[0]
