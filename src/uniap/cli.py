@@ -216,7 +216,7 @@ def run(
     steps: int = typer.Option(3, "--steps", help="Training steps (total, also when resuming)."),
     nproc: Optional[int] = typer.Option(None, "--nproc", help="Spawn torchrun with this many ranks on this machine (default: the plan's world, or torchrun's)."),
     nnodes: int = typer.Option(1, "--nnodes", help="Machines taking part; run the same command on each (with --node-rank, --rdzv-endpoint)."),
-    node_rank: int = typer.Option(0, "--node-rank", help="This machine's index, 0 .. nnodes − 1; node 0 prints the results."),
+    node_rank: int = typer.Option(0, "--node-rank", help="This machine's index, 0 .. nnodes − 1; node 0 is the one at --rdzv-endpoint."),
     rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of node 0 for torchrun's c10d rendezvous."),
     check: bool = typer.Option(False, "--check", help="Also train in one process and report the largest relative differences."),
     data: Optional[str] = typer.Option(None, "--data", help="Text file to train on (bytes as tokens); default: seeded synthetic tokens."),
@@ -247,7 +247,7 @@ def run(
                       meter_every_step=meter_every_step)
     result = run_many([job], nproc=None if nodes else nproc, timeout_s=timeout_s, nodes=nodes)[0]
     if result is None:
-        out.print(f"node {node_rank}: done; node 0 reports the results")
+        out.print(f"node {node_rank}: done; the node that ran rank 0 reports the results")
         return
     if fmt is Fmt.json:
         keys = ("steps", "losses", "iteration_time_s", "stage_time_s", "peak_memory_bytes", "check")

@@ -63,7 +63,6 @@ def test_standalone_and_rendezvous_commands(monkeypatch):
     cmd, _ = torchrun_command(["script.py"], Nodes(2, nnodes=2, node_rank=1, endpoint="10.0.0.1:29400"))
     assert "--standalone" not in cmd
     assert {"--nnodes=2", "--node-rank=1", "--rdzv-backend=c10d", "--rdzv-endpoint=10.0.0.1:29400"} <= set(cmd)
-    assert list(Nodes(2, nnodes=2, node_rank=1, endpoint="h:1").local_ranks) == [2, 3]
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -98,4 +97,4 @@ def test_first_error_is_the_cause_and_quiet_ranks_are_named(tmp_path):
     line = failure_line(out, log, 1, Nodes(4))
     assert line.startswith("rank 0 failed: DistBackendError: wait timed out") and "stopped answering: [2, 3]" in line
     assert failure_line(tmp_path / "none", log, -9, Nodes(4)).startswith(
-        "run failed: the torchrun agent of node 0 was killed by signal 9 (SIGKILL)")
+        "run failed: the torchrun agent of node 0 (and with it its 4 ranks) was killed by signal 9 (SIGKILL)")

@@ -80,7 +80,8 @@ def profile_model(config: ModelConfig, seq_len: int, nproc: int | None = None, *
 def _spawn(spec: dict, nproc: int, timeout_s: float, progress) -> dict:
     wall = float(timeout_s) * 20 + 600.0  # collectives time out after timeout_s; this only guards the launcher
     on_poll = None if progress is None else (lambda out: _report(out, progress))
-    return launch(["-m", "uniap.profile.worker"], spec, Nodes(nproc), wall_s=wall, what="profile", on_poll=on_poll)
+    return launch(["-m", "uniap.profile.worker"], spec, Nodes(nproc), wall_s=wall, what="profile", on_poll=on_poll,
+                  timeout_s=timeout_s)
 
 
 def _report(out: Path, progress) -> None:

@@ -60,7 +60,7 @@ def run_many(jobs: list[TrainingJob], *, nproc: int | None = None, timeout_s: fl
     # Collectives time out after timeout_s, so no step can outlast it; this only guards the launcher.
     wall = float(timeout_s) * (4 + sum(max(j.steps, 1) for j in jobs)) + 60.0
     payload = {"jobs": [j.to_json() for j in jobs], "timeout_s": float(timeout_s)}
-    results = launch(WORKER, payload, nodes, wall_s=wall, what="run")
+    results = launch(WORKER, payload, nodes, wall_s=wall, what="run", timeout_s=timeout_s)
     return list(results) if results is not None else [None] * len(jobs)
 
 

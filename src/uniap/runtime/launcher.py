@@ -46,7 +46,8 @@ class Nodes:
     nnodes: int = 1
     """Machines taking part; each runs the same `uniap` command with its own `node_rank`."""
     node_rank: int = 0
-    """This machine's index, 0 .. nnodes − 1 (rank 0, which writes the result, is on node 0)."""
+    """This machine's index, 0 .. nnodes − 1; node 0 is the machine at `endpoint`. torchrun's c10d rendezvous
+    numbers the machines' ranks in the order they join, so rank 0 (which returns the result) may be anywhere."""
     endpoint: str | None = None
     """HOST:PORT of torchrun's c10d rendezvous (node 0's address); None on one machine (`--standalone`)."""
 
@@ -66,11 +67,6 @@ class Nodes:
     def world(self) -> int:
         return self.nproc_per_node * self.nnodes
 
-    @property
-    def local_ranks(self) -> range:
-        """The global ranks of this machine (torchrun numbers them node by node)."""
-        first = self.node_rank * self.nproc_per_node
-        return range(first, first + self.nproc_per_node)
 
 
 def _package_root() -> str:
@@ -100,10 +96,11 @@ def torchrun_command(entry: list[str], nodes: Nodes, *args) -> tuple[list[str], 
 
 
 def launch(entry: list[str], payload: dict, nodes: Nodes, *, wall_s: float, what: str = "run",
-           on_poll: Callable[[Path], None] | None = None) -> object:
-    """Run `entry` on this machine's ranks with `payload`; return what rank 0 wrote (None off node 0).
+           on_poll: Callable[[Path], None] | None = None, timeout_s: float = 120.0) -> object:
+    """Run `entry` on this machine's ranks with `payload`; return what rank 0 wrote (None on the other machines).
 
-    wall_s guards the launcher only (collectives time out on their own). on_poll(out_dir) is called about
+    wall_s guards the launcher only (collectives time out after timeout_s on their own; on several machines a
+    failed node waits that long at most for the others' diagnoses). on_poll(out_dir) is called about
     four times a second while the ranks run (progress). A failure raises UniapError with one line.
     """
     workdir = Path(tempfile.mkdtemp(prefix=f"uniap-{what}-"))
@@ -112,7 +109,8 @@ def launch(entry: list[str], payload: dict, nodes: Nodes, *, wall_s: float, what
     (workdir / PAYLOAD).write_text(json.dumps(payload, default=list))
     log = workdir / "torchrun.log"
     cmd, env = torchrun_command(entry, nodes, workdir / PAYLOAD, out)
-    exchange = FailureExchange(nodes.endpoint, nodes.nnodes, nodes.node_rank) if nodes.nnodes > 1 else None
+    exchange = (FailureExchange(nodes.endpoint, nodes.nnodes, nodes.node_rank, timeout_s) if nodes.nnodes > 1
+                else None)
     deadline = time.monotonic() + wall_s
     with open(log, "w") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -137,7 +135,7 @@ def launch(entry: list[str], payload: dict, nodes: Nodes, *, wall_s: float, what
         mine = diagnose(out, log, rc, nodes, what)
         raise UniapError((exchange.exchange(mine) if exchange else mine).line)
     result = None
-    if 0 in nodes.local_ranks:
+    if nodes.nnodes == 1 or (out / RESULT).is_file():
         try:
             result = json.loads((out / RESULT).read_text())
         except (OSError, json.JSONDecodeError):
@@ -199,15 +197,15 @@ def diagnose(out: Path, log: Path, rc: int, nodes: Nodes, what: str = "run") -> 
         message = first["message"]
         if "timed out" in message.lower() or "timeout" in message.lower():
             # A rank that stopped answering reports nothing; the others time out waiting for it.
-            quiet = sorted(set(nodes.local_ranks) - wrote)
+            quiet = sorted(set(range(nodes.world)) - wrote) if nodes.nnodes == 1 else []
             if quiet:
                 note = f"; ranks that stopped answering: {quiet}"
         return Diagnosis(f"rank {first['rank']} failed: {first['type']}: {message[:500]}{note} (log: {log})", 1,
                          first.get("time", now))
     if rc < 0:
-        ranks = ", ".join(map(str, nodes.local_ranks))
-        return Diagnosis(f"{what} failed: the torchrun agent of node {nodes.node_rank} (ranks {ranks}) was killed "
-                         f"by signal {-rc} ({_signal_name(-rc)}) (log: {log})", 2, now)
+        return Diagnosis(f"{what} failed: the torchrun agent of node {nodes.node_rank} (and with it its "
+                         f"{nodes.nproc_per_node} ranks) was killed by signal {-rc} ({_signal_name(-rc)}) (log: {log})",
+                         2, now)
     lines = [line.strip() for line in log_text.splitlines() if line.strip()]
     tail = lines[-1][:300] if lines else ""
     return Diagnosis(f"{what} failed: torchrun exited with code {rc}: {tail} (log: {log})", 0, now)
