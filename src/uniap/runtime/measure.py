@@ -143,3 +143,21 @@ class StageTimer:
             self._events = []
         out, self.elapsed = self.elapsed, 0.0
         return out
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start the allocator's high-water mark afresh (CUDA; CPU has none)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def meters_activations(device: torch.device) -> bool:
+    """Whether the saved-activation account is needed: only where no allocator high-water mark exists (CPU)."""
+    return device.type != "cuda"
+
+
+def peak_memory_bytes(device: torch.device, static_peak: int, meter: ActivationMeter) -> int:
+    """This rank's peak memory: the allocator's high-water mark on CUDA, else the account described above."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(static_peak + meter.peak)

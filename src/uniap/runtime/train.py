@@ -45,7 +45,7 @@ from uniap.runtime import data as data_mod
 from uniap.runtime.checks import RunShape, check_plan
 from uniap.runtime.data_parallel import set_backwards_per_step
 from uniap.runtime.job import OPTIMIZERS, TrainingJob
-from uniap.runtime.measure import static_bytes
+from uniap.runtime.measure import meters_activations, peak_memory_bytes, reset_peak_memory, static_bytes
 from uniap.runtime.mesh import build_topology
 from uniap.runtime.parallelize import build_stage
 from uniap.runtime.pipeline import StepRunner
@@ -167,8 +167,7 @@ def train_job(job: TrainingJob, ctx: Context) -> dict | None:
             check_resumable(found[1], shape, opt_kind)
             ckpt.load(found[1], built.module, optimizer)
             first_step = resumed_from = found[0]
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+    reset_peak_memory(device)
 
     head_layout = built.out_layout
     counts_loss = topo.stage == shape.pp - 1 and topo.position % head_layout.tp == 0
@@ -178,7 +177,7 @@ def train_job(job: TrainingJob, ctx: Context) -> dict | None:
         x, y = x.to(device), y.to(device)
         _maybe_fail(rank, step)
         metered = job.meter_every_step or step == first_step
-        runner.meter.enabled = metered
+        runner.meter.enabled = metered and meters_activations(device)
         dist.barrier()
         t0 = time.perf_counter()
         local = runner.step(x, y)
@@ -203,10 +202,7 @@ def train_job(job: TrainingJob, ctx: Context) -> dict | None:
                        "optimizer": opt_kind,
                        "plan_pipeline": shape.plan.pipeline})
 
-    if device.type == "cuda":
-        peak = int(torch.cuda.max_memory_allocated(device))
-    else:
-        peak = int(static_peak + runner.meter.peak)
+    peak = peak_memory_bytes(device, static_peak, runner.meter)
     mine = {"rank": rank, "stage": topo.stage, "compute": _median(_after_warmup(compute_times)), "peak": peak}
     everyone: list = [None] * world
     dist.all_gather_object(everyone, mine)
