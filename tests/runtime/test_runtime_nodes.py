@@ -54,8 +54,8 @@ def test_killed_rank_is_named_on_both_nodes(tmp_path):
     plan = tmp_path / "plan.json"
     uniform_plan(GPT, 4, pp=2, dp=2, micro_batches=2).save(plan)
     t0 = time.monotonic()
-    ends = _two_nodes(plan, "--steps", "3", "--timeout", "30",
-                      env={"UNIAP_FAIL_RANK": "3", "UNIAP_FAIL_STEP": "1", "UNIAP_FAIL_MODE": "kill"})
+    ends = _two_nodes(plan, "--steps", "2", "--timeout", "30",
+                      env={"UNIAP_FAIL_RANK": "3", "UNIAP_FAIL_STEP": "0", "UNIAP_FAIL_MODE": "kill"})
     assert time.monotonic() - t0 < 90
     for end in ends:
         lines = end.stderr.strip().splitlines()
