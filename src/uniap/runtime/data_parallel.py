@@ -11,7 +11,9 @@ Mapping (parameter names unchanged):
   forward and kept until backward ends; gradients are reduce-scattered and optimizer state lives on
   the shard (ZeRO-2; FSDP2 offers no all-reduce-then-shard-the-optimizer mode, so ZeRO-1 runs as
   ZeRO-2 — same numerics, ZeRO-2's memory).
-- ZeRO-3 → `fully_shard(reshard_after_forward=True)`: parameters are re-gathered in backward.
+- ZeRO-3 → `fully_shard(reshard_after_forward=True)`: parameters are re-gathered in backward, except for the
+  chain's last layer (the head), whose backward follows its forward: gathering it again there would be pure
+  cost, so its parameters stay gathered until then, as FSDP2 does for its root module (`backward_follows`).
 
 Gradient reduction is a plain SUM with divide factor 1: each rank's loss is its share of the global
 mean (see `train.py`), so summing over dp gives the exact gradient whatever dp each layer uses.
@@ -71,11 +73,13 @@ class GradientAllReduce:
         torch.autograd.Variable._execution_engine.queue_callback(finish)
 
 
-def apply_data_parallel(layer: nn.Module, dp_mesh: DeviceMesh, zero: int) -> nn.Module:
+def apply_data_parallel(layer: nn.Module, dp_mesh: DeviceMesh, zero: int, *, backward_follows: bool = False) -> nn.Module:
+    """backward_follows: the layer's backward runs right after its forward (the head), so ZeRO-3 keeps its
+    parameters gathered in between."""
     if zero == 0:
         layer.gradient_sync = GradientAllReduce(layer, dp_mesh)
         return layer
-    module = fully_shard(layer, mesh=dp_mesh, reshard_after_forward=(zero == 3))
+    module = fully_shard(layer, mesh=dp_mesh, reshard_after_forward=(zero == 3 and not backward_follows))
     module.set_gradient_divide_factor(1.0)
     module.set_force_sum_reduction_for_comms(True)
     return module

@@ -81,7 +81,7 @@ def _build_chunk(shape: RunShape, topo: Topology, seed: int, device: torch.devic
             apply_tensor_parallel(layer, mesh["tp"])
         layer.recompute = bool(st.recompute)
         if st.dp > 1:
-            apply_data_parallel(layer, mesh["dp"], st.zero)
+            apply_data_parallel(layer, mesh["dp"], st.zero, backward_follows=index == shape.config.layers + 1)
     in_layout = chunk_input_layout(shape, chunk)
     layouts = {index: layer_layout(shape, index) for index in range(first, last + 1)}
     prev = {first: in_layout}

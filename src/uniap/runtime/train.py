@@ -32,6 +32,7 @@ import signal
 import statistics
 import time
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -146,7 +147,9 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a - b).abs().max().item() / scale
 
 
-def train_job(job: TrainingJob, ctx: Context) -> dict | None:
+def train_job(job: TrainingJob, ctx: Context, after_step: Callable[[int], None] | None = None) -> dict | None:
+    """Run `job` on this rank (see the module docstring). after_step(step), if given, runs on every rank after
+    each step, outside its timing (benchmarks/runtime_overhead.py alternates plain torch's steps with ours)."""
     rank, world, device = ctx.rank, ctx.world, ctx.device
     plan = Plan.load(job.plan)
     shape = check_plan(plan, world)
@@ -201,6 +204,8 @@ def train_job(job: TrainingJob, ctx: Context) -> dict | None:
                       {"model": shape.config.name, "arch": arch_id(shape), "seed": seed, "lr": lr, "data": data,
                        "optimizer": opt_kind,
                        "plan_pipeline": shape.plan.pipeline})
+        if after_step is not None:
+            after_step(step)
 
     peak = peak_memory_bytes(device, static_peak, runner.meter)
     mine = {"rank": rank, "stage": topo.stage, "compute": _median(_after_warmup(compute_times)), "peak": peak}
