@@ -4,7 +4,7 @@
     run_many(jobs: list[TrainingJob], *, nproc=None, timeout_s=120, nodes=None) -> list of result dicts
 
 - `nodes` (a `launcher.Nodes`) given: starts this machine's share of a several-machine launch (torchrun's c10d
-  rendezvous); node 0 returns the results, the other nodes a list of None.
+  rendezvous); the machine holding rank 0 returns the results, the others a list of None.
 - `nproc` given: spawns that many local ranks (`--standalone`).
 - neither, inside a torchrun world (RANK/WORLD_SIZE set): runs in this process on the environment's world;
   every rank returns rank 0's results.
