@@ -91,10 +91,15 @@ def test_first_error_is_the_cause_and_quiet_ranks_are_named(tmp_path):
     out, log = tmp_path / "out", tmp_path / "torchrun.log"
     out.mkdir()
     log.write_text("")
+    for rank in range(4):
+        (out / f"rank{rank}.started").touch()
     for rank, t, msg in ((1, 2.0, "Connection closed by peer"), (0, 1.0, "wait timed out after 30 s")):
         (out / f"error-rank{rank}.json").write_text(json.dumps(
             {"rank": str(rank), "time": t, "type": "DistBackendError", "message": msg}))
     line = failure_line(out, log, 1, Nodes(4))
     assert line.startswith("rank 0 failed: DistBackendError: wait timed out") and "stopped answering: [2, 3]" in line
-    assert failure_line(tmp_path / "none", log, -9, Nodes(4)).startswith(
-        "run failed: the torchrun agent of node 0 (and with it its 4 ranks) was killed by signal 9 (SIGKILL)")
+    assert failure_line(out, log, -9, Nodes(4)).startswith("rank 0 failed")  # a rank's error outranks the agent
+    for path in out.glob("error-rank*.json"):
+        path.unlink()
+    assert failure_line(out, log, -9, Nodes(4)).startswith(
+        "run failed: the torchrun agent of node 0 was killed by signal 9 (SIGKILL), and with it ranks 0, 1, 2, 3")

@@ -184,6 +184,7 @@ def diagnose(out: Path, log: Path, rc: int, nodes: Nodes, what: str = "run") -> 
         except (OSError, json.JSONDecodeError):
             continue
     wrote = {int(e["rank"]) for e in errors if str(e.get("rank")).isdigit()}
+    here = sorted(int(p.name[4:-8]) for p in out.glob("rank*.started") if p.name[4:-8].isdigit())
     killed = {r: s for r, s in signal_deaths(log_text).items() if r not in wrote}
     now = time.time()
     if killed:
@@ -197,15 +198,15 @@ def diagnose(out: Path, log: Path, rc: int, nodes: Nodes, what: str = "run") -> 
         message = first["message"]
         if "timed out" in message.lower() or "timeout" in message.lower():
             # A rank that stopped answering reports nothing; the others time out waiting for it.
-            quiet = sorted(set(range(nodes.world)) - wrote) if nodes.nnodes == 1 else []
+            quiet = sorted(set(here) - wrote)
             if quiet:
                 note = f"; ranks that stopped answering: {quiet}"
         return Diagnosis(f"rank {first['rank']} failed: {first['type']}: {message[:500]}{note} (log: {log})", 1,
                          first.get("time", now))
     if rc < 0:
-        return Diagnosis(f"{what} failed: the torchrun agent of node {nodes.node_rank} (and with it its "
-                         f"{nodes.nproc_per_node} ranks) was killed by signal {-rc} ({_signal_name(-rc)}) (log: {log})",
-                         2, now)
+        ranks = f"ranks {', '.join(map(str, here))}" if here else f"its {nodes.nproc_per_node} ranks"
+        return Diagnosis(f"{what} failed: the torchrun agent of node {nodes.node_rank} was killed by signal {-rc} "
+                         f"({_signal_name(-rc)}), and with it {ranks} (log: {log})", 2, now)
     lines = [line.strip() for line in log_text.splitlines() if line.strip()]
     tail = lines[-1][:300] if lines else ""
     return Diagnosis(f"{what} failed: torchrun exited with code {rc}: {tail} (log: {log})", 0, now)
@@ -265,6 +266,7 @@ def rank_main(body: Callable[[dict, Path], object], usage: str, argv: list[str] 
     die_with_parent()
     payload = json.loads(Path(argv[0]).read_text())
     out = Path(argv[1])
+    (out / f"rank{os.environ.get('RANK', '?')}.started").touch()  # which global ranks run on this machine
     try:
         import torch.distributed as dist
 
