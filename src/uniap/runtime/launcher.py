@@ -1,6 +1,6 @@
 """The one torchrun launcher, shared by `uniap run` and `uniap profile`: spawn, guard, explain a failure.
 
-Parent side: `launch(module, payload, nodes, ...)` writes the payload, starts torchrun on this machine
+Parent side: `launch(entry, payload, nodes, ...)` writes the payload, starts torchrun on this machine
 (`--standalone`, or torchrun's c10d rendezvous when `nodes` spans several machines), waits, and returns what
 rank 0 wrote. Rank side: `rank_main(body)` is the `__main__` of a worker module; it reads the payload, runs
 `body`, writes rank 0's `result.json`, and on any failure writes `error-rank<r>.json` and exits at once, so
