@@ -260,7 +260,10 @@ class Optimizer(str, Enum):
 def run(
     plan_path: str = typer.Option(..., "--plan", "-p", help="Plan file (from `uniap plan`, `estimate --format json`, or by hand)."),
     steps: int = typer.Option(3, "--steps", help="Training steps (total, also when resuming)."),
-    nproc: Optional[int] = typer.Option(None, "--nproc", help="Spawn torchrun with this many local ranks (default: the plan's world, or torchrun's)."),
+    nproc: Optional[int] = typer.Option(None, "--nproc", help="Spawn torchrun with this many ranks on this machine (default: the plan's world, or torchrun's)."),
+    nnodes: int = typer.Option(1, "--nnodes", help="Machines taking part; run the same command on each (with --node-rank, --rdzv-endpoint)."),
+    node_rank: int = typer.Option(0, "--node-rank", help="This machine's index, 0 .. nnodes − 1; node 0 is the one at --rdzv-endpoint."),
+    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of node 0 for torchrun's c10d rendezvous."),
     check: bool = typer.Option(False, "--check", help="Also train in one process and report the largest relative differences."),
     data: Optional[str] = typer.Option(None, "--data", help="Text file to train on (bytes as tokens); default: seeded synthetic tokens."),
     seed: int = typer.Option(0, "--seed"),
@@ -269,17 +272,29 @@ def run(
     checkpoint_dir: Optional[str] = typer.Option(None, "--checkpoint-dir", help="Save torch.distributed.checkpoint here."),
     checkpoint_every: int = typer.Option(0, "--checkpoint-every", help="Save every K steps (0: never)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last complete checkpoint (any plan of the same model)."),
+    meter_every_step: bool = typer.Option(False, "--meter-every-step", help="Meter saved activations on every step (default: the first, untimed one)."),
     timeout_s: float = typer.Option(120.0, "--timeout", help="Seconds a collective may wait before the run is failed."),
     fmt: Fmt = FMT,
 ) -> None:
     """Train a plan on PyTorch distributed (gloo on CPU, NCCL on GPU) and report measured figures."""
-    from uniap.runtime import run as run_plan
+    from uniap.runtime.job import TrainingJob
+    from uniap.runtime.launch import run_many
+    from uniap.runtime.launcher import Nodes
 
     if steps < 1:
         raise UniapError("--steps must be >= 1")
-    result = run_plan(plan_path, steps=steps, nproc=nproc, check=check, data=data, seed=seed, lr=lr,
+    nodes = None
+    if nnodes > 1 or node_rank != 0 or rdzv_endpoint is not None:
+        if nproc is None:
+            raise UniapError("a several-machine run needs --nproc (ranks per machine)")
+        nodes = Nodes(nproc, nnodes, node_rank, rdzv_endpoint)
+    job = TrainingJob(plan_path, steps=steps, check=check, data=data, seed=seed, lr=lr, optimizer=optimizer.value,
                       checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
-                      timeout_s=timeout_s, optimizer=optimizer.value)
+                      meter_every_step=meter_every_step)
+    result = run_many([job], nproc=None if nodes else nproc, timeout_s=timeout_s, nodes=nodes)[0]
+    if result is None:
+        out.print(f"node {node_rank}: done; the node that ran rank 0 reports the results")
+        return
     if fmt is Fmt.json:
         keys = ("steps", "losses", "iteration_time_s", "stage_time_s", "peak_memory_bytes", "check")
         emit_json({**{k: result[k] for k in keys}, **{k: v for k, v in result.items() if k not in keys}})

@@ -10,10 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
-import subprocess
-import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,7 +17,7 @@ from pathlib import Path
 from uniap.errors import UniapError
 from uniap.profile import fit
 from uniap.profile.schema import SCHEMA, model_fingerprint, signature_id
-from uniap.runtime.launch import torchrun
+from uniap.runtime.launcher import Nodes, launch
 from uniap.spec.families import build_layers
 from uniap.spec.model import ModelConfig
 from uniap.strategies import Strategy
@@ -81,49 +77,13 @@ def profile_model(config: ModelConfig, seq_len: int, nproc: int | None = None, *
 
 
 def _spawn(spec: dict, nproc: int, timeout_s: float, progress) -> dict:
-    workdir = Path(tempfile.mkdtemp(prefix="uniap-profile-"))
-    out = workdir / "out"
-    out.mkdir()
-    (workdir / "spec.json").write_text(json.dumps(spec, default=list))
-    log = workdir / "torchrun.log"
-    cmd, env = torchrun("uniap.profile.worker", nproc, workdir / "spec.json", out)
     wall = float(timeout_s) * 20 + 600.0  # collectives time out after timeout_s; this only guards the launcher
-    deadline = time.monotonic() + wall
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        try:
-            while True:
-                try:
-                    rc = proc.wait(timeout=0.25)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                if time.monotonic() > deadline:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-                    raise UniapError(f"profiling exceeded {wall:.0f} s and was killed (log: {log})")
-                _report(out, progress)
-        except BaseException:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            raise
-    _report(out, progress)
-    if rc != 0:
-        from uniap.runtime.launch import _failure_line
-
-        raise UniapError(_failure_line(out, log, rc, nproc).replace("run ", "profile ", 1))
-    try:
-        raw = json.loads((out / "raw.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        raise UniapError(f"profiling finished without measurements (log: {log})") from None
-    shutil.rmtree(workdir, ignore_errors=True)
-    return raw
+    on_poll = None if progress is None else (lambda out: _report(out, progress))
+    return launch(["-m", "uniap.profile.worker"], spec, Nodes(nproc), wall_s=wall, what="profile", on_poll=on_poll,
+                  timeout_s=timeout_s)
 
 
 def _report(out: Path, progress) -> None:
-    if progress is None:
-        return
     try:
         state = json.loads((out / "progress.json").read_text())
     except (OSError, json.JSONDecodeError):

@@ -197,6 +197,7 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
     from uniap.profile.calibration import calibrate
     from uniap.profile.collect import default_nproc, profile_model
     from uniap.profile.schema import load_profile
+    from uniap.runtime.job import TrainingJob
     from uniap.runtime.launch import run_many
     from uniap.spec.families import build_layers
     from uniap.spec.workload import Workload
@@ -264,7 +265,7 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
     say(f"running {len(paths)} plans × {steps} steps, {rounds} round(s) of one launch each")
     results = []
     for _ in range(rounds):
-        results += run_many([{"plan": path, "steps": steps} for path in paths], nproc=nproc, timeout_s=timeout_s)
+        results += run_many([TrainingJob(path, steps=steps) for path in paths], nproc=nproc, timeout_s=timeout_s)
     timings["run_s"] = time.perf_counter() - t0
 
     reserve = calibrated.device.reserve_bytes

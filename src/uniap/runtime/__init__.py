@@ -1,8 +1,8 @@
 """Runs a Plan on PyTorch distributed (torchrun; gloo on CPU, NCCL on GPU).
 
 Public entry points (imported lazily, so `import uniap.runtime` pulls in no torch):
-    run(plan_path, *, steps, nproc, check, data, seed, lr, checkpoint_dir, checkpoint_every, resume, timeout_s)
-    run_many(jobs, *, nproc, timeout_s)      several plans in one torchrun launch
+    run(plan_path, *, nproc, timeout_s, nodes, **TrainingJob fields)
+    run_many(jobs: list[TrainingJob], *, nproc, timeout_s, nodes)   several plans in one torchrun launch
     uniform_plan(config, world, ...)         hand-built plans (tests, planner-less runs)
 The runtime sees only the Plan and the model; it imports nothing from `uniap.solve`.
 """

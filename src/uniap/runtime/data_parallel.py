@@ -1,13 +1,21 @@
 """Data parallelism of one chain layer over its dp mesh, by ZeRO level.
 
-Mapping (FSDP2 family, composable, parameter names unchanged):
-- ZeRO-0 → `replicate` (FSDP2-family DDP): parameters, gradients and optimizer state replicated;
-  gradients all-reduced.
+Mapping (parameter names unchanged):
+- ZeRO-0 → `GradientAllReduce` (DDP's scheme): parameters, gradients and optimizer state replicated; once per
+  step, when the layer's last gradient of the step's last micro-batch is accumulated, one flat asynchronous
+  all-reduce of the layer's gradients starts and runs beside the backward of the layers before it; the end
+  of that backward pass waits for it. This is what the cost model prices (one all-reduce per iteration,
+  overlapped with the last micro-batch's backward). FSDP2's `replicate` reduced every micro-batch, and on 4
+  CPU ranks ran a dp4 step ~30 % slower than `DistributedDataParallel` (benchmarks/runtime_overhead.py).
+  In mixed precision ZeRO-0 layers still use `replicate`, whose MixedPrecisionPolicy casts the fp32
+  master weights for compute and reduces in fp32 (`precision.py`); the flat all-reduce has no casting.
 - ZeRO-1 and ZeRO-2 → `fully_shard(reshard_after_forward=False)`: parameters are gathered once in
   forward and kept until backward ends; gradients are reduce-scattered and optimizer state lives on
   the shard (ZeRO-2; FSDP2 offers no all-reduce-then-shard-the-optimizer mode, so ZeRO-1 runs as
   ZeRO-2 — same numerics, ZeRO-2's memory).
-- ZeRO-3 → `fully_shard(reshard_after_forward=True)`: parameters are re-gathered in backward.
+- ZeRO-3 → `fully_shard(reshard_after_forward=True)`: parameters are re-gathered in backward, except for the
+  chain's last layer (the head), whose backward follows its forward: gathering it again there would be pure
+  cost, so its parameters stay gathered until then, as FSDP2 does for its root module (`backward_follows`).
 
 Gradient reduction is a plain SUM with divide factor 1: each rank's loss is its share of the global
 mean (see `train.py`), so summing over dp gives the exact gradient whatever dp each layer uses.
@@ -16,20 +24,78 @@ gloo has no PREMUL_SUM/AVG reduce ops, hence `set_force_sum_reduction_for_comms(
 
 from __future__ import annotations
 
+import torch
+import torch.distributed as dist
 from torch import nn
-from torch.distributed._composable.replicate_with_fsdp import replicate
 from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed._composable.replicate_with_fsdp import replicate
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 
 
-def apply_data_parallel(layer: nn.Module, dp_mesh: DeviceMesh, zero: int,
-                        mp_policy: MixedPrecisionPolicy | None = None) -> nn.Module:
-    """`mp_policy`: FSDP2's mixed precision (see `precision.py`); None computes in fp32."""
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t._local_tensor if isinstance(t, DTensor) else t
+
+
+class GradientAllReduce:
+    """ZeRO-0 gradient sync of one layer: a flat asynchronous SUM all-reduce over the dp group, once per step.
+
+    `backwards_per_step` is the number of backward passes through the layer in a step (its micro-batches); the
+    training loop sets it (`set_backwards_per_step`). Gradients of tensor-parallel (DTensor) parameters are
+    reduced as their local shards.
+    """
+
+    def __init__(self, layer: nn.Module, dp_mesh: DeviceMesh):
+        self.group = dp_mesh.get_group()
+        self.params = [p for p in layer.parameters() if p.requires_grad]
+        self.backwards_per_step = 1
+        self._pending = len(self.params) * self.backwards_per_step
+        for p in self.params:
+            p.register_post_accumulate_grad_hook(self._accumulated)
+
+    def set_backwards_per_step(self, count: int) -> None:
+        self.backwards_per_step = int(count)
+        self._pending = len(self.params) * self.backwards_per_step
+
+    def _accumulated(self, _param: torch.Tensor) -> None:
+        self._pending -= 1
+        if self._pending:
+            return
+        self._pending = len(self.params) * self.backwards_per_step
+        grads = [_local(p.grad) for p in self.params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        work = dist.all_reduce(flat, group=self.group, async_op=True)
+
+        def finish() -> None:
+            work.wait()
+            offset = 0
+            for g in grads:
+                g.copy_(flat[offset:offset + g.numel()].view_as(g))
+                offset += g.numel()
+
+        torch.autograd.Variable._execution_engine.queue_callback(finish)
+
+
+def apply_data_parallel(layer: nn.Module, dp_mesh: DeviceMesh, zero: int, mp_policy: MixedPrecisionPolicy | None = None,
+                        *, backward_follows: bool = False) -> nn.Module:
+    """`mp_policy`: FSDP2's mixed precision (see `precision.py`); None computes in fp32. backward_follows: the
+    layer's backward runs right after its forward (the head), so ZeRO-3 keeps its parameters gathered in between."""
+    if zero == 0 and mp_policy is None:
+        layer.gradient_sync = GradientAllReduce(layer, dp_mesh)
+        return layer
     policy = {} if mp_policy is None else {"mp_policy": mp_policy}
     if zero == 0:
         module = replicate(layer, mesh=dp_mesh, **policy)
     else:
-        module = fully_shard(layer, mesh=dp_mesh, reshard_after_forward=(zero == 3), **policy)
+        module = fully_shard(layer, mesh=dp_mesh, reshard_after_forward=(zero == 3 and not backward_follows), **policy)
     module.set_gradient_divide_factor(1.0)
     module.set_force_sum_reduction_for_comms(True)
     return module
+
+
+def set_backwards_per_step(module: nn.Module, count: int) -> None:
+    """Tell every ZeRO-0 layer under `module` how many backward passes a step makes through it."""
+    for sub in module.modules():
+        sync = getattr(sub, "gradient_sync", None)
+        if isinstance(sync, GradientAllReduce):
+            sync.set_backwards_per_step(count)

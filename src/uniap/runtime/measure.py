@@ -56,10 +56,15 @@ def static_bytes(module: nn.Module, optimizer: torch.optim.Optimizer | None) -> 
 
 
 class ActivationMeter:
-    """Peak bytes autograd saves for the micro-batches in flight on this rank."""
+    """Peak bytes autograd saves for the micro-batches in flight on this rank.
+
+    `enabled` False turns `forward` into a no-op: the saved-tensor hooks cost time on every operator, so the
+    training loop meters only the steps that measure memory.
+    """
 
     def __init__(self, module: nn.Module):
         self.module = module
+        self.enabled = True
         self.live: dict[object, int] = {}
         self.current = 0
         self.peak = 0
@@ -74,6 +79,9 @@ class ActivationMeter:
 
     @contextmanager
     def forward(self, key: object):
+        if not self.enabled:
+            yield
+            return
         seen: set[int] = set()
         params = self._param_storages()
         total = [0]
@@ -135,3 +143,21 @@ class StageTimer:
             self._events = []
         out, self.elapsed = self.elapsed, 0.0
         return out
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start the allocator's high-water mark afresh (CUDA; CPU has none)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def meters_activations(device: torch.device) -> bool:
+    """Whether the saved-activation account is needed: only where no allocator high-water mark exists (CPU)."""
+    return device.type != "cuda"
+
+
+def peak_memory_bytes(device: torch.device, static_peak: int, meter: ActivationMeter) -> int:
+    """This rank's peak memory: the allocator's high-water mark on CUDA, else the account described above."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(static_peak + meter.peak)

@@ -58,15 +58,16 @@ class RankLayers(nn.Module):
 
 
 def apply_strategy(layer: nn.Module, strategy: Strategy, mesh: DeviceMesh | None,
-                   precision: Precision = FP32) -> nn.Module:
+                   precision: Precision = FP32, *, backward_follows: bool = False) -> nn.Module:
     """Lay `layer` out as `strategy` says on `mesh` and compute in `precision`; returns the layer (modified in
     place). `mesh`: a ("dp", "tp") mesh of strategy.devices ranks; for one rank None in fp32, a one-rank ("dp",)
-    mesh in mixed precision (every mixed layer gets FSDP2's casting, see `precision.py`)."""
+    mesh in mixed precision (every mixed layer gets FSDP2's casting, see `precision.py`). backward_follows: the
+    layer's backward follows its forward at once (the head; see `data_parallel.py`)."""
     if strategy.tp > 1:
         apply_tensor_parallel(layer, mesh["tp"], sp=strategy.sp)
     layer.recompute = bool(strategy.recompute)
     if strategy.dp > 1 or precision.mixed:
-        apply_data_parallel(layer, mesh["dp"], strategy.zero, precision.policy)
+        apply_data_parallel(layer, mesh["dp"], strategy.zero, precision.policy, backward_follows=backward_follows)
     return layer
 
 
@@ -105,7 +106,8 @@ def _build_chunk(shape: RunShape, topo: Topology, seed: int, device: torch.devic
     module = DecoderSlice(shape.config, first, last, seed).to(device)
     for index, layer in module.chain():
         st = shape.strategy(index)
-        apply_strategy(layer, st, topo.mesh(st.dp, st.tp) if st.devices > 1 else one_rank, precision)
+        apply_strategy(layer, st, topo.mesh(st.dp, st.tp) if st.devices > 1 else one_rank, precision,
+                       backward_follows=index == shape.config.layers + 1)
     in_layout = chunk_input_layout(shape, chunk)
     layouts = {index: layer_layouts(shape, index) for index in range(first, last + 1)}
     prev = {first: in_layout}

@@ -1,6 +1,6 @@
 """The training loop on every rank, its measurements, and the one-process `check` reference.
 
-`train_job(job, ctx)` runs one plan inside an initialised process group and returns the result
+`train_job(job, ctx)` runs one `TrainingJob` inside an initialised process group and returns the result
 dict on rank 0 (None elsewhere):
 
   steps               steps run in this invocation (a resumed run starts at `first_step`)
@@ -9,7 +9,9 @@ dict on rank 0 (None elsewhere):
                       from a world barrier to the end of the optimizer step, max over ranks
   stage_time_s        per stage: median over its ranks of the rank's median per-step compute time
                       (forward + backward + loss of its micro-batches; see measure.py)
-  peak_memory_bytes   per rank (see measure.py for what it counts on CPU)
+  peak_memory_bytes   per rank (see measure.py for what it counts on CPU); on CPU the saved activations are
+                      metered on the first step only (same shapes as the rest), unless the job asks for every
+                      step, so that the timed steps run without saved-tensor hooks
   check               {"max_rel_loss_diff", "max_rel_param_diff", "tolerance", "within_tolerance"}
                       against one-process training on the same data and seed in the plan's precision
                       (tolerances and why: precision.py), or None
@@ -29,9 +31,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import statistics
 import time
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -44,15 +48,17 @@ from uniap.plan import Plan
 from uniap.runtime import checkpoint as ckpt
 from uniap.runtime import data as data_mod
 from uniap.runtime.checks import RunShape, check_plan
-from uniap.runtime.data_parallel import apply_data_parallel
-from uniap.runtime.measure import static_bytes
+from uniap.runtime.data_parallel import apply_data_parallel, set_backwards_per_step
+from uniap.runtime.job import OPTIMIZERS, TrainingJob
+from uniap.runtime.measure import meters_activations, peak_memory_bytes, reset_peak_memory, static_bytes
 from uniap.runtime.mesh import build_topology
 from uniap.runtime.parallelize import build_stage
 from uniap.runtime.pipeline import StepRunner
 from uniap.runtime.precision import LossScaler, precision_of, single_rank_mesh
 
 # Test hooks: rank UNIAP_FAIL_RANK raises at step UNIAP_FAIL_STEP (default 0), or with
-# UNIAP_FAIL_MODE=hang stops answering (sleeps) there, which the collective timeouts must bound.
+# UNIAP_FAIL_MODE=hang stops answering (sleeps) there, which the collective timeouts must bound, or with
+# UNIAP_FAIL_MODE=kill dies of SIGKILL there (as a machine that loses a process).
 FAIL_RANK_ENV = "UNIAP_FAIL_RANK"
 FAIL_STEP_ENV = "UNIAP_FAIL_STEP"
 FAIL_MODE_ENV = "UNIAP_FAIL_MODE"
@@ -63,9 +69,6 @@ class Context:
     rank: int
     world: int
     device: torch.device
-
-
-OPTIMIZERS = ("sgd", "adamw")
 
 
 def make_optimizer(params, lr: float, kind: str = "sgd") -> torch.optim.Optimizer:
@@ -108,6 +111,8 @@ def _maybe_fail(rank: int, step: int) -> None:
     if want is not None and want.strip() != "" and int(want) == rank and step == int(os.environ.get(FAIL_STEP_ENV, "0")):
         if os.environ.get(FAIL_MODE_ENV) == "hang":
             time.sleep(3600)
+        if os.environ.get(FAIL_MODE_ENV) == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
         raise RuntimeError(f"injected failure on rank {rank} at step {step} ({FAIL_RANK_ENV})")
 
 
@@ -157,32 +162,30 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a - b).abs().max().item() / scale
 
 
-def train_job(job: dict, ctx: Context) -> dict | None:
+def train_job(job: TrainingJob, ctx: Context, after_step: Callable[[int], None] | None = None) -> dict | None:
+    """Run `job` on this rank (see the module docstring). after_step(step), if given, runs on every rank after
+    each step, outside its timing (benchmarks/runtime_overhead.py alternates plain torch's steps with ours)."""
     rank, world, device = ctx.rank, ctx.world, ctx.device
-    plan = Plan.load(job["plan"])
+    plan = Plan.load(job.plan)
     shape = check_plan(plan, world)
-    steps = int(job.get("steps", 3))
-    seed, lr, data = int(job.get("seed", 0)), float(job.get("lr", 1e-3)), job.get("data")
-    opt_kind = str(job.get("optimizer", "sgd"))
-    ck_dir, ck_every = job.get("checkpoint_dir"), int(job.get("checkpoint_every", 0) or 0)
-    if (ck_every or job.get("resume")) and not ck_dir:
-        raise UniapError("checkpointing and resume need a checkpoint_dir")
+    steps, seed, lr, data, opt_kind = job.steps, job.seed, job.lr, job.data, job.optimizer
+    ck_dir, ck_every = job.checkpoint_dir, job.checkpoint_every
 
     topo = build_topology(shape, rank, device.type)
     built = build_stage(shape, topo, seed, device)
+    set_backwards_per_step(built.module, shape.micro_batches)  # ZeRO-0 layers all-reduce once per step
     optimizer = make_optimizer(built.module.parameters(), lr, opt_kind)
     runner = StepRunner(shape, topo, built, device)
 
     first_step = 0
     resumed_from = None
-    if job.get("resume"):
+    if job.resume:
         found = ckpt.latest(ck_dir)
         if found is not None:
             check_resumable(found[1], shape, opt_kind)
             ckpt.load(found[1], built.module, optimizer)
             first_step = resumed_from = found[0]
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+    reset_peak_memory(device)
 
     head_layout = built.out_layout
     counts_loss = topo.stage == shape.pp - 1 and topo.position % head_layout.tp == 0
@@ -191,6 +194,8 @@ def train_job(job: dict, ctx: Context) -> dict | None:
         x, y = data_mod.batch(step, shape.global_batch, shape.seq_len, shape.config.vocab, seed, data)
         x, y = x.to(device), y.to(device)
         _maybe_fail(rank, step)
+        metered = job.meter_every_step or step == first_step
+        runner.meter.enabled = metered and meters_activations(device)
         dist.barrier()
         t0 = time.perf_counter()
         local = runner.step(x, y)
@@ -198,7 +203,8 @@ def train_job(job: dict, ctx: Context) -> dict | None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         elapsed = time.perf_counter() - t0
-        static_peak = max(static_peak, static_bytes(built.module, optimizer))
+        if metered:
+            static_peak = max(static_peak, static_bytes(built.module, optimizer))
         optimizer.zero_grad(set_to_none=True)
         compute_times.append(runner.timer.take())
         stats = torch.tensor([local if counts_loss else 0.0, elapsed], dtype=torch.float64)
@@ -213,17 +219,16 @@ def train_job(job: dict, ctx: Context) -> dict | None:
                       {"model": shape.config.name, "arch": arch_id(shape), "seed": seed, "lr": lr, "data": data,
                        "optimizer": opt_kind,
                        "plan_pipeline": shape.plan.pipeline})
+        if after_step is not None:
+            after_step(step)
 
-    if device.type == "cuda":
-        peak = int(torch.cuda.max_memory_allocated(device))
-    else:
-        peak = int(static_peak + runner.meter.peak)
+    peak = peak_memory_bytes(device, static_peak, runner.meter)
     mine = {"rank": rank, "stage": topo.stage, "compute": _median(_after_warmup(compute_times)), "peak": peak}
     everyone: list = [None] * world
     dist.all_gather_object(everyone, mine)
 
     check = None
-    if job.get("check"):
+    if job.check:
         mixed = precision_of(shape.precision).mixed
         one_rank = single_rank_mesh(rank, world, device.type) if mixed else None  # collective
         params = _full_params(built.module)

@@ -1,33 +1,40 @@
-"""The per-rank entry point torchrun starts: `python -m uniap.runtime.worker JOBS.json OUT_DIR`.
+"""The per-rank entry point torchrun starts: `python -m uniap.runtime.worker PAYLOAD.json OUT_DIR`.
 
-JOBS.json: {"jobs": [{"plan": path, "steps": .., "check": .., ...}, ...], "timeout_s": float}.
-Several jobs (plans) run one after another in one process group, which saves torchrun's start-up
-per plan. Rank 0 writes OUT_DIR/result-<i>.json per job. A rank that fails writes
-OUT_DIR/error-rank<r>.json (time, type, message, traceback), prints the traceback and exits
-non-zero at once; torchrun then stops the other ranks, and collectives bounded by `timeout_s`
-keep anything from hanging.
+PAYLOAD.json: {"jobs": [TrainingJob.to_json(), ...], "timeout_s": float}. The jobs run one after another in
+one process group, which saves torchrun's start-up per plan; rank 0's result is the list of their result
+dicts. Failure handling and the files written are `launcher.rank_main`'s.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import sys
-import time
-import traceback
 from datetime import timedelta
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from uniap.errors import UniapError
+from uniap.runtime.job import TrainingJob
+from uniap.runtime.launcher import rank_main
 from uniap.runtime.train import Context, train_job
 
 
+def select_device(local_rank: int) -> tuple[torch.device, str]:
+    """(device, backend) of a rank: cuda:LOCAL_RANK with NCCL where CUDA is available, else CPU with gloo.
+
+    One rank per GPU: a local rank without its own GPU is refused rather than doubled up on one.
+    """
+    if not torch.cuda.is_available():
+        return torch.device("cpu"), "gloo"
+    count = torch.cuda.device_count()
+    if local_rank >= count:
+        raise UniapError(f"local rank {local_rank} has no GPU of its own ({count} visible): use --nproc <= {count}")
+    return torch.device("cuda", local_rank), "nccl"
+
+
 def init_distributed(timeout_s: float) -> Context:
-    """Join (or create) the default process group: gloo on CPU, NCCL on CUDA (device = cuda:LOCAL_RANK).
+    """Join (or create) the default process group on this rank's device (see `select_device`).
 
     `timeout_s` bounds every collective, including those on the subgroups and meshes created later
     (the library's default subgroup timeout is 30 minutes, so it is lowered process-wide here).
@@ -36,14 +43,9 @@ def init_distributed(timeout_s: float) -> Context:
     c10d.default_pg_timeout = td
     if hasattr(c10d, "default_pg_nccl_timeout"):
         c10d.default_pg_nccl_timeout = td
-    if torch.cuda.is_available():
-        local = int(os.environ.get("LOCAL_RANK", "0"))
-        device = torch.device("cuda", local)
+    device, backend = select_device(int(os.environ.get("LOCAL_RANK", "0")))
+    if device.type == "cuda":
         torch.cuda.set_device(device)
-        backend = "nccl"
-    else:
-        device = torch.device("cpu")
-        backend = "gloo"
     if not dist.is_initialized():
         for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
             if var not in os.environ:
@@ -53,7 +55,7 @@ def init_distributed(timeout_s: float) -> Context:
     return Context(rank=dist.get_rank(), world=dist.get_world_size(), device=device)
 
 
-def run_jobs(jobs: list[dict], timeout_s: float) -> list[dict | None]:
+def run_jobs(jobs: list[TrainingJob], timeout_s: float) -> list[dict | None]:
     ctx = init_distributed(timeout_s)
     results = []
     for job in jobs:
@@ -62,44 +64,10 @@ def run_jobs(jobs: list[dict], timeout_s: float) -> list[dict | None]:
     return results
 
 
-def _write_error(out: Path, exc: BaseException) -> None:
-    rank = os.environ.get("RANK", "?")
-    record = {"rank": rank, "time": time.time(), "type": type(exc).__name__,
-              "message": " ".join(str(exc).split()) or type(exc).__name__,
-              "uniap_error": isinstance(exc, UniapError),
-              "traceback": traceback.format_exc()}
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        tmp = out / f".error-rank{rank}.tmp"
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, out / f"error-rank{rank}.json")
-    except OSError:
-        pass
-
-
-def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        print("usage: python -m uniap.runtime.worker JOBS.json OUT_DIR", file=sys.stderr)
-        sys.exit(2)
-    spec = json.loads(Path(argv[0]).read_text())
-    out = Path(argv[1])
-    try:
-        results = run_jobs(spec["jobs"], float(spec.get("timeout_s", 120.0)))
-        if dist.get_rank() == 0:
-            for i, res in enumerate(results):
-                tmp = out / f".result-{i}.tmp"
-                tmp.write_text(json.dumps(res))
-                os.replace(tmp, out / f"result-{i}.json")
-        dist.barrier()
-        dist.destroy_process_group()
-    except BaseException as exc:  # noqa: BLE001 - every failure must end this rank, fast
-        _write_error(out, exc)
-        traceback.print_exc()
-        sys.stderr.flush()
-        sys.stdout.flush()
-        os._exit(1)
+def _body(payload: dict, out) -> list[dict | None]:
+    jobs = [TrainingJob.from_json(j) for j in payload["jobs"]]
+    return run_jobs(jobs, float(payload.get("timeout_s", 120.0)))
 
 
 if __name__ == "__main__":
-    main()
+    rank_main(_body, "python -m uniap.runtime.worker PAYLOAD.json OUT_DIR")
