@@ -21,7 +21,7 @@ def layer_time(flops: float, s: Strategy, samples: int, *, rate: float, overhead
 
 def synthetic_raw(config: ModelConfig = TINY, seq_len: int = 32, world: int = 4, *, rate: float = 20e9,
                   overhead: float = 2e-3, alpha: float = 1e-4, beta: float = 1e-9, per_slot: float = 0.0,
-                  reps: int = 3, scan_s_per_param: float = 0.0) -> dict:
+                  reps: int = 3) -> dict:
     spec = build_layers(config, seq_len)
     layers, collectives, pipeline = [], [], []
     for item in work_items(config, seq_len, world):
@@ -35,9 +35,7 @@ def synthetic_raw(config: ModelConfig = TINY, seq_len: int = 32, world: int = 4,
                              "bwd_s": [2 * t / 3] * reps, "act_bytes": 1000 * n, "inner": 1})
             layers.append({"d": d, "kind": lt.kind, "index": lt.index, "names": list(lt.names),
                            "strategy": s.to_json(), "rows": rows, "optimizer_s": [1e-4] * reps,
-                           "static_bytes": 12 * spec.layers[lt.index].params // (s.tp * (s.dp if s.zero else 1)),
-                           "meter": {"rescans_per_call": 10.0, "scan_s_per_param": scan_s_per_param,
-                                     "param_tensors": 16 if lt.kind == "block" else 2}})
+                           "static_bytes": 12 * spec.layers[lt.index].params // (s.tp * (s.dp if s.zero else 1))})
         elif item[0] == "collective":
             _, op, n = item
             sizes = [16 << 10, 256 << 10, 1 << 20]

@@ -7,8 +7,11 @@
 figures fitted to it (FLOP rate, per-layer overhead, one α–β link). `cost.tables` asks that source (a cost.source.CostSource) first:
 
   layer (A, G, Ms, Ma)  measured record of (layer signature, strategy) → A = a + b·samples (forward +
-                        backward with the layer's tp collectives and its per-micro-batch dp gradient
-                        reduction, as measured), G = the optimizer step, Ms = measured static bytes,
+                        backward with the layer's tp collectives and, ZeRO 1-3, its per-micro-batch dp
+                        gradient reduce-scatter, as measured), G = the optimizer step plus, ZeRO-0, the
+                        measured all-reduce of the layer's fp32 gradients once per iteration (the runtime's
+                        flat all-reduce, counted serial: gloo's runs on the cores the backward uses),
+                        Ms = measured static bytes,
                         Ma = measured saved-activation bytes (a + b·samples). Not in the profile (another
                         layer, a strategy the runtime cannot run): None → the analytic model with the fitted
                         device figures.
@@ -19,8 +22,7 @@ figures fitted to it (FLOP rate, per-layer overhead, one α–β link). `cost.ta
                         stage and receives the gradient back (runtime.pipeline): 2 × measured p2p, plus the
                         re-layout into the next stage's first layer.
   per configuration     (`adjust_tables`, for each pipeline degree P and micro-batch count c) what a real step
-                        adds to the per-layer figures: the runtime meter's scans of the rest of the stage's
-                        parameters; on shared CPU cores, less contention when a pipeline keeps fewer ranks busy
+                        adds to the per-layer figures: on shared CPU cores, less contention when a pipeline keeps fewer ranks busy
                         than the profile did; the pipeline machinery's per-slot cost; GPipe for 1F1B with c < P.
 
 Torch-free (planning needs no torch).
@@ -167,7 +169,11 @@ def measured_layer_cost(cluster: ClusterSpec, layer, s: Strategy, micro_batch: i
     samples = micro_batch / s.dp
     A = Line.from_json(rec["fit"])(samples)
     Ma = Line.from_json(rec["act_fit"])(samples)
-    return float(A), float(rec["optimizer_s"]), float(rec["static_bytes"]), float(Ma)
+    G = float(rec["optimizer_s"])
+    if s.dp > 1 and s.zero == 0:
+        local = layer.params - layer.tp_params + layer.tp_params / s.tp
+        G += idx.comm("all_reduce", 4.0 * local, s.dp, cluster.device.intra)
+    return float(A), G, float(rec["static_bytes"]), float(Ma)
 
 
 def runtime_reshard_time(idx: _Index, nbytes: float, a: Strategy, b: Strategy, d: int, link: Link) -> float:
@@ -200,15 +206,11 @@ def adjust_tables(cluster: ClusterSpec, model, workload, strategies: list[Strate
                   schedule: str, A: np.ndarray, R: np.ndarray, allowed: np.ndarray):
     """What the measured runtime does beyond the sum of its per-layer figures, for one pipeline configuration.
 
-    1. instrumentation (`meter_time`): the runtime's activation meter scans every parameter of the stage each
-       time a layer saves a tensor it does not know; the profile timed each layer with a meter over that layer
-       alone, so the scans of the stage's other layers' parameters are added;
-    2. contention and pipeline overhead (`pipeline_scale`) on the per-micro-batch stage tables;
-    3. the runtime runs 1F1B with fewer micro-batches than stages as GPipe (torch's 1F1B needs c >= P), which
+    1. contention and pipeline overhead (`pipeline_scale`) on the per-micro-batch stage tables;
+    2. the runtime runs 1F1B with fewer micro-batches than stages as GPipe (torch's 1F1B needs c >= P), which
        keeps all c micro-batches in flight.
     Returns (A, R, schedule).
     """
-    A = A + meter_time(cluster, model, strategies, stages)
     best = fastest_layer_times(cluster, model, workload, stages, micro_batches)
     known = np.isfinite(best)
     if not known.all():  # layers the profile lacks: their fastest entry in these tables
@@ -218,36 +220,6 @@ def adjust_tables(cluster: ClusterSpec, model, workload, strategies: list[Strate
     if schedule == "1f1b" and micro_batches < stages:
         schedule = "gpipe"
     return A * scale, R * scale, schedule
-
-
-def meter_time(cluster: ClusterSpec, model, strategies: list[Strategy], stages: int) -> np.ndarray:
-    """(L, K) seconds per micro-batch of the runtime meter's scans of the *other* layers of a stage.
-
-    A layer that triggers m rescans per call pays m × (seconds per parameter tensor) × (parameter tensors of the
-    rest of its stage); a stage holds about 1/P of the model's parameter tensors (balanced stages assumed).
-    Zero when the profile measured no rescans (a meter that does not rescan, or an older profile).
-    """
-    idx = _index(cluster)
-    L, K = len(model.layers), len(strategies)
-    out = np.zeros((L, K))
-    counts = {}
-    for rec in idx.doc["layers"]:
-        meter = rec.get("meter")
-        if meter:
-            counts[rec["signature"]] = int(meter["param_tensors"])
-    if not counts:
-        return out
-    sigs = [idx.sig(layer.signature) for layer in model.layers]
-    mean = sum(counts.values()) / len(counts)
-    per_stage = sum(counts.get(sig, mean) for sig in sigs) / stages
-    for u, sig in enumerate(sigs):
-        for k, s in enumerate(strategies):
-            rec = idx.layers.get((sig, _normal(s)))
-            meter = rec.get("meter") if rec else None
-            if meter:
-                others = max(per_stage - int(meter["param_tensors"]), 0.0)
-                out[u, k] = float(meter["rescans_per_call"]) * float(meter["scan_s_per_param"]) * others
-    return out
 
 
 def busy_ranks(world: int, stages: int, micro_batches: int) -> float:

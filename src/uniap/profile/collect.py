@@ -114,7 +114,6 @@ def assemble(raw: dict, config: ModelConfig, seq_len: int, world: int, spec: dic
             "optimizer_s": fit.median(entry["optimizer_s"]) if entry["optimizer_s"] else 0.0,
             "spread": [_spread(row["fwd_bwd_s"]) for row in entry["rows"]],
             "calls_per_rep": [int(row.get("inner", 1)) for row in entry["rows"]],
-            "meter": entry.get("meter"),
         }
         layers.append(record)
         for alias in _aliases(s):
@@ -155,16 +154,15 @@ def assemble(raw: dict, config: ModelConfig, seq_len: int, world: int, spec: dic
             "timer": "CUDA events" if cuda else "time.perf_counter (wall clock)",
             "concurrency": "all ranks busy: the world is cut into groups of stage size d and every group "
                            "measures the same layer and strategy at the same time",
-            "layer_time": "forward + backward of one layer call with its tp collectives and its dp gradient "
-                          "reduction (the runtime reduces every micro-batch); fit: seconds = a + b·samples "
-                          "(samples per dp shard)",
+            "layer_time": "forward + backward of one layer call, without the activation meter, with its tp "
+                          "collectives and, for ZeRO 1-3, its dp gradient reduce-scatter (the runtime's FSDP2 "
+                          "reduces every micro-batch); ZeRO-0's all-reduce, once per step in the runtime, is "
+                          "not in it (calibration prices it from the all-reduce fit); fit: seconds = a + "
+                          "b·samples (samples per dp shard)",
             "memory": ("static: parameters + gradients + optimizer state (local shards) after a step; "
                        "activations: bytes saved for backward per micro-batch (saved-tensor hooks"
                        + (", or the allocator's growth across the forward if larger)" if cuda else ")")),
             "collectives": "all groups of n ranks at once; fit: seconds = a + b·bytes",
-            "meter": "the runtime's activation meter rescans its module's parameters whenever a saved tensor is not "
-                     "a known parameter storage: rescans per call of the layer, seconds per parameter tensor scanned "
-                     "(a stage scans all its layers' parameters), the layer's parameter tensors",
             "pipeline": "torch.distributed.pipelining 1F1B over P stages, c = 2P micro-batches of the model's "
                         "activation, with a stand-in stage that computes almost nothing: per_slot_s = step / "
                         "(c + P − 1) − the stand-in's forward + backward",

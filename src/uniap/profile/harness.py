@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 import torch.distributed as dist
@@ -43,29 +43,6 @@ from uniap.runtime.parallelize import apply_strategy
 from uniap.runtime.train import make_optimizer
 from uniap.spec.model import ModelConfig
 from uniap.strategies import Strategy
-
-
-def _count_scans(meter: ActivationMeter):
-    """Count the runtime meter's scans of its module's parameters (`ActivationMeter._param_storages`, called when
-    a saved tensor is not a known parameter storage). Returns (the original scan or None, scans, forwards)."""
-    scans, forwards = [0], [0]
-    scan = getattr(meter, "_param_storages", None)
-    if scan is None:
-        return None, scans, forwards
-
-    def counted():
-        scans[0] += 1
-        return scan()
-
-    meter._param_storages = counted
-    return scan, scans, forwards
-
-
-def _scan_seconds(scan, reps: int = 20) -> float:
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        scan()
-    return (time.perf_counter() - t0) / reps
 
 
 class Clock:
@@ -159,33 +136,38 @@ class Harness:
         scheduler's time slices; the per-call figure is the repetition's time / inner.
         """
         layer = self._build(lt, s)
+        sync = getattr(layer, "gradient_sync", None)
+        if sync is not None:  # ZeRO-0 reduces once per step, not per call: priced apart (profile.calibration)
+            sync.enabled = False
         optimizer = make_optimizer(layer.parameters(), 1e-3, "sgd")
         meter = ActivationMeter(layer)
-        scan, scans, forwards = _count_scans(meter)
         rows = []
         for samples in self.sizes:
             x, grad, targets = self._inputs(lt, samples)
             act = [0]
 
-            def call(marks_f: list, marks_b: list, key, x=x, grad=grad, targets=targets, act=act) -> None:
-                forwards[0] += 1
-                with self.clock.region(marks_f), meter.forward(key):
+            def call(marks_f: list, marks_b: list, key=None, x=x, grad=grad, targets=targets, act=act) -> None:
+                """One forward and backward; metered (saved activations counted) when `key` is given, as the
+                runtime meters its first step only and times the others without the meter."""
+                with self.clock.region(marks_f), (meter.forward(key) if key is not None else nullcontext()):
                     out = layer(x)
                     if targets is not None:  # the head's loss belongs to it (the runtime meters it with the stage)
                         out = lm_loss(out, targets, targets.numel())
-                act[0] = max(act[0], meter.live.get(key, 0))
+                if key is not None:
+                    act[0] = max(act[0], meter.live.get(key, 0))
                 with self.clock.region(marks_b):
                     if grad is None:
                         out.backward()
                     else:
                         out.backward(grad)
-                meter.backward_done(key)
+                if key is not None:
+                    meter.backward_done(key)
 
             warm = []
             for rep in range(max(self.warmup, 1)):
                 dist.barrier()
                 with self.clock.region(warm):
-                    call([], [], rep)
+                    call([], [], rep if rep == 0 else None)
             inner = self._inner(self.clock.read(warm)[-1])
             fwd, bwd, total = [], [], []
             for rep in range(self.reps):
@@ -193,7 +175,7 @@ class Harness:
                 dist.barrier()
                 with self.clock.region(tm):
                     for _ in range(inner):
-                        call(fm, bm, rep)
+                        call(fm, bm)
                 fwd.append(sum(self.clock.read(fm)) / inner)
                 bwd.append(sum(self.clock.read(bm)) / inner)
                 total.append(self.clock.read(tm)[0] / inner)
@@ -225,14 +207,9 @@ class Harness:
                     optimizer.step()
             opt.append(self.clock.read(marks)[0] / inner)
         static = static_bytes(layer, optimizer)
-        params = len(list(layer.parameters()))
-        per_param = _scan_seconds(scan) / max(params, 1) if scan is not None else 0.0
-        rescans = (scans[0] - forwards[0]) / max(forwards[0], 1)  # beyond the one scan entering the context
-        summary = self._max(opt + [float(static), per_param, rescans])
+        summary = self._max(opt + [float(static)])
         optimizer.zero_grad(set_to_none=True)
-
-        meter_cost = {"rescans_per_call": summary[-1], "scan_s_per_param": summary[-2], "param_tensors": params}
-        return {"rows": rows, "optimizer_s": summary[:-3], "static_bytes": int(summary[-3]), "meter": meter_cost}
+        return {"rows": rows, "optimizer_s": summary[:-1], "static_bytes": int(summary[-1])}
 
     def _inner(self, seconds: float) -> int:
         """Calls per repetition so that one lasts about `rep_seconds` (the same count on every rank)."""
@@ -384,10 +361,6 @@ def run_profile(spec: dict, rank: int, world: int, device: torch.device, progres
 
 def _merge(old: dict, new: dict) -> dict:
     """Repetitions of two passes together (maxima for memory)."""
-    if "meter" in old:
-        a, b = old["meter"], new["meter"]
-        old = {**old, "meter": {**a, "rescans_per_call": max(a["rescans_per_call"], b["rescans_per_call"]),
-                                "scan_s_per_param": min(a["scan_s_per_param"], b["scan_s_per_param"])}}
     if "step_s" in old:  # pipeline
         return {**old, "step_s": list(old["step_s"]) + list(new["step_s"]),
                 "stand_in_s": min(old["stand_in_s"], new["stand_in_s"])}
