@@ -190,8 +190,8 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
 
     Profile: `passes` passes of `reps` repetitions per figure at `micro_batch_sizes` samples per dp shard (they
     should span the plans' micro-batches: lines are fitted through them). profile_path: reuse an existing profile
-    instead of measuring one. comparisons: run only the first N hand-written plans. progress(done, total, what)
-    reports the profiling; say(text) the stages.
+    instead of measuring one. comparisons: run only the first N hand-written plans that differ from the chosen
+    one. progress(done, total, what) reports the profiling; say(text) the stages.
     """
     from uniap.planner import plan_search
     from uniap.profile.calibration import calibrate
@@ -244,7 +244,9 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
     plans = {"uniap (chosen)": chosen}
     seen = {_assignment_key(chosen)}
     others = list(comparison_plans(config, nproc, global_batch, seq_len).items())
-    for name, plan in others[:comparisons]:
+    for name, plan in others:
+        if comparisons is not None and len(plans) > comparisons:
+            break
         key = _assignment_key(plan)
         if key in seen:
             continue
