@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import sys
-from enum import Enum
 from typing import Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from uniap.commands.options import (ATTENTION, BATCH, CLUSTER, FMT, KERNELS, MODEL, PREC, SCHED, SEQ, SOLVER,
+from uniap.commands.options import (ATTENTION_FLAG, BATCH, CLUSTER, FMT, KERNELS_FLAG, MODEL, PREC, SCHED, SEQ, SOLVER,
                                     AttentionKernel, Fmt, Kernels, Precision, Schedule, emit_json, resolve_precision,
-                                    with_engine)
+                                    choices, with_engine)
 from uniap.commands.export import EngineName
 from uniap.errors import UniapError
 from uniap.planner import MAX_VIRTUAL_STAGES
+from uniap.runtime.job import OPTIMIZERS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Find the fastest way to train a transformer on a cluster (UniAP MIQP), then train it.")
@@ -25,9 +25,7 @@ out = Console()
 PROFILE = typer.Option(None, "--profile", help="Cost with the figures `uniap profile` measured (default: analytic).")
 
 
-class Recompute(str, Enum):
-    none = "none"
-    full = "full"
+Recompute = choices("Recompute", ("none", "full"))
 
 
 def _workload(model_name: str, cluster_text: str, global_batch: int, seq_len: Optional[int],
@@ -145,8 +143,8 @@ def estimate(
     sequence_parallel: bool = typer.Option(False, "--sequence-parallel", help="Megatron sequence parallelism (tp > 1)."),
     plan: Optional[str] = typer.Option(None, "--plan", help="Re-cost a plan file instead of a uniform configuration."),
     profile: Optional[str] = PROFILE,
-    kernels: Optional[Kernels] = KERNELS,
-    attention: Optional[AttentionKernel] = ATTENTION,
+    kernels: Optional[Kernels] = KERNELS_FLAG,
+    attention: Optional[AttentionKernel] = ATTENTION_FLAG,
     fmt: Fmt = FMT,
 ) -> None:
     """Cost a hand-written uniform configuration (tp/pp/dp/ZeRO/micro-batches), or re-cost a plan file."""
@@ -194,7 +192,7 @@ def plan(
     global_batch: int = BATCH,
     seq_len: Optional[int] = SEQ,
     precision: Optional[Precision] = PREC,
-    schedule: Schedule = typer.Option(Schedule.f1b, "--schedule", help="Pipeline schedule; interleaved-1f1b "
+    schedule: Schedule = typer.Option(Schedule["1f1b"], "--schedule", help="Pipeline schedule; interleaved-1f1b "
                                       "searches it together with 1f1b (slower: see the README)."),
     max_virtual_stages: int = typer.Option(MAX_VIRTUAL_STAGES, "--max-virtual-stages", help="Most chunks per stage "
                                            "the interleaved search tries."),
@@ -206,8 +204,8 @@ def plan(
     engine: Optional[EngineName] = typer.Option(None, "--engine", help="Only plans this engine can run "
                                                 "(`uniap export --to` it), and how much slower than the free optimum."),
     profile: Optional[str] = PROFILE,
-    kernels: Optional[Kernels] = KERNELS,
-    attention: Optional[AttentionKernel] = ATTENTION,
+    kernels: Optional[Kernels] = KERNELS_FLAG,
+    attention: Optional[AttentionKernel] = ATTENTION_FLAG,
     fmt: Fmt = FMT,
 ) -> None:
     """Find the fastest plan: one MIQP per pipeline configuration chooses stages and per-layer strategies together."""
@@ -251,9 +249,7 @@ def plan(
             out.print(f"plan written to {out_path}")
 
 
-class Optimizer(str, Enum):
-    sgd = "sgd"
-    adamw = "adamw"
+Optimizer = choices("Optimizer", OPTIMIZERS)
 
 
 @app.command()

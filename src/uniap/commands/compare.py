@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from uniap.commands.options import (ATTENTION, BATCH, CLUSTER, FMT, KERNELS, MODEL, PREC, SCHED, SEQ, SOLVER,
+from uniap.commands.options import (ATTENTION_FLAG, BATCH, CLUSTER, FMT, KERNELS_FLAG, MODEL, PREC, SCHED, SEQ, SOLVER,
                                     AttentionKernel, Fmt, Kernels, Precision, Schedule, emit_json, resolve_precision,
                                     with_engine)
 from uniap.errors import UniapError
@@ -61,8 +61,8 @@ def compare_command(
         None, "--methods", help="Comma-separated (or repeated): uniap, megatron-grid, galvatron, alpa, dp, zero3 "
                                 "(default: all)."),
     schedule: Schedule = SCHED,
-    kernels: Optional[Kernels] = KERNELS,
-    attention: Optional[AttentionKernel] = ATTENTION,
+    kernels: Optional[Kernels] = KERNELS_FLAG,
+    attention: Optional[AttentionKernel] = ATTENTION_FLAG,
     fmt: Fmt = FMT,
     solver: str = SOLVER,
     time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds for UniAP's search (default: "

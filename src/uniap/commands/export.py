@@ -3,16 +3,16 @@ DeepSpeed's config JSON. Registered by the CLI as `app.command("export")(export_
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Optional
 
 import typer
 
+from uniap.commands.options import choices
 from uniap.errors import UniapError
 from uniap.export import ENGINES
 
-EngineName = Enum("EngineName", {name: name for name in ENGINES}, type=str)
+EngineName = choices("EngineName", ENGINES)
 """The engines `--to` and `plan --engine` accept."""
 
 

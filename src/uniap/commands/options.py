@@ -9,39 +9,26 @@ from enum import Enum
 import typer
 
 from uniap.errors import UniapError
+from uniap.spec.engine import ATTENTIONS, KERNELS
+from uniap.spec.workload import PRECISIONS, SCHEDULES
 
 
-class Fmt(str, Enum):
-    table = "table"
-    json = "json"
+def choices(name: str, values) -> type[Enum]:
+    """A typer choice Enum over a list of values kept elsewhere (members named by their values)."""
+    return Enum(name, [(v, v) for v in values], type=str)
 
 
-class Precision(str, Enum):
-    fp32 = "fp32"
-    fp16 = "fp16"
-    bf16 = "bf16"
+Fmt = choices("Fmt", ("table", "json"))
+Precision = choices("Precision", PRECISIONS)
+Schedule = choices("Schedule", SCHEDULES)
+Kernels = choices("Kernels", KERNELS)
+AttentionKernel = choices("AttentionKernel", ATTENTIONS)
 
 
-class Schedule(str, Enum):
-    gpipe = "gpipe"
-    f1b = "1f1b"
-    interleaved = "interleaved-1f1b"
-
-
-class Kernels(str, Enum):
-    fused = "fused"
-    eager = "eager"
-
-
-class AttentionKernel(str, Enum):
-    flash = "flash"
-    standard = "standard"
-
-
-KERNELS = typer.Option(None, "--kernels", help="fused (Megatron-style, torch.compile) or eager PyTorch "
-                       "(default: the cluster's, eager for presets: what `uniap run` executes).")
-ATTENTION = typer.Option(None, "--attention", help="flash, or standard (materialised scores; default: the "
-                         "cluster's: flash on A100/H100, standard where no flash kernel exists).")
+KERNELS_FLAG = typer.Option(None, "--kernels", help="fused (Megatron-style, torch.compile) or eager PyTorch "
+                            "(default: the cluster's, eager for presets: what `uniap run` executes).")
+ATTENTION_FLAG = typer.Option(None, "--attention", help="flash, or standard (materialised scores; default: "
+                              "the cluster's: flash on A100/H100, standard where no flash kernel exists).")
 
 
 def with_engine(cluster, kernels: "Kernels | None", attention: "AttentionKernel | None"):
@@ -57,10 +44,6 @@ def with_engine(cluster, kernels: "Kernels | None", attention: "AttentionKernel 
     return replace(cluster, engine=engine)
 
 
-PRECISIONS = ("fp32", "fp16", "bf16")
-"""Every training precision, in the order a tie of peaks prefers the later one."""
-
-
 def resolve_precision(precision: "Precision | None", cluster, among: tuple[str, ...] = PRECISIONS,
                       engine: str = "") -> str:
     """The flag's precision, or the one of `among` (an engine's precisions) the cluster's device computes fastest:
@@ -73,7 +56,7 @@ def resolve_precision(precision: "Precision | None", cluster, among: tuple[str, 
     if not usable:
         raise UniapError(f"{cluster.device.name} computes in none of the precisions {', '.join(among)}"
                          + (f" ({engine}'s)" if engine else ""))
-    return max(usable, key=lambda p: (peaks[p], PRECISIONS.index(p)))
+    return max(usable, key=lambda p: (peaks[p], PRECISIONS.index(p)))  # a tie prefers the later (16-bit)
 
 
 MODEL = typer.Option(..., "--model", "-m", help="Zoo name (see `uniap models`) or a Hugging Face config.json.")
@@ -82,7 +65,7 @@ BATCH = typer.Option(..., "--global-batch", "-b", help="Samples per iteration.")
 SEQ = typer.Option(None, "--seq-len", "-s", help="Sequence length (default: the model's).")
 PREC = typer.Option(None, "--precision", help="fp32, or mixed precision fp16/bf16 (default: the device's fastest: "
                     "bf16, else fp16, else fp32).")
-SCHED = typer.Option(Schedule.f1b, "--schedule", help="Pipeline schedule.")
+SCHED = typer.Option(Schedule["1f1b"], "--schedule", help="Pipeline schedule.")
 FMT = typer.Option(Fmt.table, "--format", "-f", help="table for people, json for programs.")
 SOLVER = typer.Option("highs", "--solver", help="MILP back-end: highs (default), scip, gurobi.")
 

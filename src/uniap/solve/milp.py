@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from uniap.errors import UniapError
 from uniap.solve.backends import GurobiBackend, HighsBackend
-from uniap.solve.bounds import group_bound, partition_bound
+from uniap.solve.bounds import partition_bound
 from uniap.solve.formulation import Formulation
 from uniap.solve.program import Solution, StageProgram, evaluate, lower_bound
 from uniap.solve.reduce import reduce_program
@@ -66,14 +66,11 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
     started = time.perf_counter()
     deadline = None if time_limit is None else started + float(time_limit)
     bound = lower_bound(program)
-    if cutoff is not None and bound < cutoff and program.stages > 1:
+    if cutoff is not None and bound < cutoff and program.stages > 1 and program.virtual_stages == 1:
         # A stronger bound (~0.1-0.5 s) before the MILP. One stage has no min-max term for it to tighten: there
-        # the MILP itself is faster. Interleaved programs are bounded per device group.
-        if program.virtual_stages == 1:
-            bound = max(bound, partition_bound(program, cutoff))
-        else:
-            grouped = group_bound(program, cutoff)
-            bound = bound if grouped is None else max(bound, grouped)
+        # the MILP itself is faster. (Interleaved candidates are bounded per device group by the UOP, which
+        # also orders them by it: solve.uop._pop_refined.)
+        bound = max(bound, partition_bound(program, cutoff))
     if bound == math.inf:
         return Outcome(None, "infeasible")
     if cutoff is not None and bound >= cutoff:
