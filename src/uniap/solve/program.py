@@ -53,10 +53,6 @@ class StageProgram:
         """Device groups of the pipeline: stages / virtual_stages."""
         return self.stages // self.virtual_stages
 
-    def device_of(self) -> np.ndarray:
-        """(stages,) the device group of each chunk (round-robin: chunk j on group j mod P)."""
-        return np.arange(self.stages) % self.pipeline_degree
-
     @property
     def layers(self) -> int:
         return int(np.shape(self.A)[0])
