@@ -192,8 +192,9 @@ def plan(
     global_batch: int = BATCH,
     seq_len: Optional[int] = SEQ,
     precision: Optional[Precision] = PREC,
-    schedule: Schedule = typer.Option(Schedule["1f1b"], "--schedule", help="Pipeline schedule; interleaved-1f1b "
-                                      "searches it together with 1f1b (slower: see the README)."),
+    schedule: Schedule = typer.Option(Schedule["interleaved-1f1b"], "--schedule", help="Pipeline schedules "
+                                      "searched: interleaved-1f1b (default) searches it together with 1f1b; 1f1b "
+                                      "or gpipe searches that schedule alone."),
     max_virtual_stages: int = typer.Option(MAX_VIRTUAL_STAGES, "--max-virtual-stages", help="Most chunks per stage "
                                            "the interleaved search tries."),
     solver: str = SOLVER,

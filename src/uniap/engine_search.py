@@ -98,7 +98,7 @@ def split_bounds(program: StageProgram, stage_of: np.ndarray, rows: np.ndarray) 
 
 
 def engine_plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, rules: EngineRules, *,
-                       schedule: str = "1f1b", solver: str = "highs", time_limit: float | None = None,
+                       schedule: str = INTERLEAVED, solver: str = "highs", time_limit: float | None = None,
                        max_tp: int | None = None, workers: int | None = None,
                        max_virtual_stages: int = MAX_VIRTUAL_STAGES) -> EngineSearch:
     """The engine-restricted optimum and the free optimum (both searched over the same schedules)."""

@@ -51,11 +51,11 @@ def test_interleaving_refusals_are_one_line(cli):
                      virtual_stages=2)
 
 
-def test_plan_searches_interleaving_when_asked(cli_json):
+def test_plan_searches_interleaving_unless_the_schedule_restricts_it(cli_json):
     plain = cli_json("plan", "--model", "gpt3-1.3b", "--cluster", "a100-40g:2x8", "--global-batch", "64",
-                     "--seq-len", "2048", "--max-tp", "1")
+                     "--seq-len", "2048", "--max-tp", "1", "--schedule", "1f1b")
     both = cli_json("plan", "--model", "gpt3-1.3b", "--cluster", "a100-40g:2x8", "--global-batch", "64",
-                    "--seq-len", "2048", "--max-tp", "1", "--schedule", "interleaved-1f1b", "--max-virtual-stages", "3")
+                    "--seq-len", "2048", "--max-tp", "1", "--max-virtual-stages", "3")
     assert plain["pipeline"]["virtual_stages"] == 1 and both["search"]["optimal"]
     assert both["search"]["candidates"] > plain["search"]["candidates"]
     # the larger space can only do as well or better

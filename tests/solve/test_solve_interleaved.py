@@ -5,7 +5,7 @@ import pytest
 from random_tables import random_program
 
 from uniap.errors import UniapError
-from uniap.solve.bounds import _least, front, group_bound
+from uniap.solve.bounds import _least, front
 from uniap.solve.formulation import Formulation
 from uniap.solve.milp import solve
 from uniap.solve.program import evaluate, lower_bound, stage_times
@@ -41,17 +41,6 @@ def test_interleaved_milp_matches_reference(seed):
         assert solution.objective == pytest.approx(reference.objective, rel=1e-6)
         assert solution.objective == pytest.approx(evaluate(program, solution.stage_of, solution.strategy_of))
         assert len(np.unique(solution.stage_of)) == program.stages  # every chunk holds a layer
-
-
-@pytest.mark.parametrize("seed", range(24))
-def test_group_bound_never_exceeds_the_optimum(seed):
-    program = _case(seed)
-    reference = solve_reference(program)
-    bound = group_bound(program)
-    if reference is None:
-        return
-    assert bound is not None and bound <= reference.objective * (1 + 1e-9)
-    assert group_bound(program, cutoff=reference.objective) <= reference.objective * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("seed", range(6))

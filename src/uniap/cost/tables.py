@@ -176,11 +176,14 @@ def _pair_tables(nbytes: float, strategies: list[Strategy], links: StageLinks) -
 
 
 def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, stages: int, micro_batches: int,
-                  strategies: list[Strategy], schedule: str = "1f1b", virtual_stages: int = 1) -> StageProgram:
+                  strategies: list[Strategy], schedule: str = "1f1b", virtual_stages: int = 1,
+                  cache: dict | None = None) -> StageProgram:
     """Tables for P = `stages` stages and c = `micro_batches`, over `strategies` (all with dp·tp = N/P).
 
     Interleaved 1F1B (`virtual_stages` v > 1): the program cuts the chain into P·v chunks, chunk j on device
-    group j mod P; its boundaries all cross device groups (each priced as a stage boundary)."""
+    group j mod P; its boundaries all cross device groups (each priced as a stage boundary). Only the chunk
+    count and the in-flight counts depend on v, so a caller building the v's of one (P, c) in a row passes a
+    `cache` (a dict it keeps) and the layers are priced once: it holds the last (P, c, strategies) priced."""
     n = cluster.devices
     if stages < 1 or n % stages:
         raise UniapError(f"pipeline degree {stages} does not divide the {n} devices")
@@ -200,6 +203,26 @@ def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, st
     bad = [s for s in strategies if s.devices != d]
     if bad:
         raise UniapError(f"strategy {bad[0].label()} uses {bad[0].devices} devices but a stage has {d}")
+    key = (stages, micro_batches, tuple(strategies))
+    if cache is None or key not in cache:
+        priced = _priced(model, cluster, workload, stages, micro_batches, strategies)
+        if cache is not None:
+            cache.clear()
+            cache[key] = priced
+    A, G, Ms, Ma, R, Rp, ok = cache[key] if cache is not None else priced
+    if cluster.costs is not None:  # what the measured runtime does beyond the per-layer figures
+        A, R, schedule = cluster.costs.adjust_tables(cluster, model, workload, strategies, stages, micro_batches,
+                                                     schedule, A, R, ok)
+    groups = _group_ids(model.layers)
+    return StageProgram(A=A, G=G, Ms=Ms, Ma=Ma, R=R, Rp=Rp, allowed=ok, stages=stages * virtual_stages,
+                        micro_batches=micro_batches,
+                        inflight=np.array(inflight(schedule, stages, micro_batches, virtual_stages), dtype=float),
+                        memory_capacity=cluster.memory_capacity, group=groups, virtual_stages=virtual_stages)
+
+
+def _priced(model: ModelSpec, cluster: ClusterSpec, workload: Workload, stages: int, micro_batches: int,
+            strategies: list[Strategy]) -> tuple[np.ndarray, ...]:
+    """A, G, Ms, Ma, R, Rp and allowed of one (P, c) before any measured adjustment."""
     micro = workload.global_batch // micro_batches
     links = stage_links(cluster, stages, strategies)
     L, K = len(model.layers), len(strategies)
@@ -226,14 +249,7 @@ def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, st
         if nbytes not in pair_cache:
             pair_cache[nbytes] = _pair_tables(nbytes, strategies, links)
         R[u], Rp[u] = pair_cache[nbytes]
-    if cluster.costs is not None:  # what the measured runtime does beyond the per-layer figures
-        A, R, schedule = cluster.costs.adjust_tables(cluster, model, workload, strategies, stages, micro_batches,
-                                                     schedule, A, R, ok)
-    groups = _group_ids(model.layers)
-    return StageProgram(A=A, G=G, Ms=Ms, Ma=Ma, R=R, Rp=Rp, allowed=ok, stages=stages * virtual_stages,
-                        micro_batches=micro_batches,
-                        inflight=np.array(inflight(schedule, stages, micro_batches, virtual_stages), dtype=float),
-                        memory_capacity=cluster.memory_capacity, group=groups, virtual_stages=virtual_stages)
+    return A, G, Ms, Ma, R, Rp, ok
 
 
 def _group_ids(layers) -> np.ndarray:

@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from uniap.solve.program import MEMORY_RTOL, StageProgram, least_sends
+from uniap.solve.program import MEMORY_RTOL, StageProgram
 from uniap.solve.reduce import Reduced, reduce_program
 
 MAX_FRONT = 4096
@@ -227,104 +227,3 @@ def _best(cost_t, time_t, send, candidates, c) -> float:
             return float(min(best, (c - 1) * T + floor))
         best = min(best, (c - 1) * T + dp(T))
     return float(best)
-
-
-MAX_GROUP_STATES = 1024
-"""Count vectors (layers held of each run) beyond which `group_bound` is not computed (its DP is quadratic in them)."""
-
-
-def group_bound(program: StageProgram, cutoff: float | None = None) -> float | None:
-    """A lower bound on the TPI of every plan of an interleaved `program` (v > 1), by device group.
-
-    A group's v chunks are contiguous pieces of the chain, but where they sit only matters through the sends at
-    their ends (counted as the cheapest P·v − 1 sends of the chain) and resharding inside them (≥ 0). Forgetting it,
-    a group is described by how many layers of each run it holds (a count vector): each group is solved exactly in
-    isolation (knapsack fronts under its memory, at the least in-flight count of its chunks), and a DP over the
-    groups, whose count vectors add up to the runs' lengths, gives for every bottleneck T the least
-    Σ (A/v + ω G) of plans whose groups all take ≤ T. Group 0 holds the first layer and group P − 1 the last;
-    each holds at least v layers. TPI ≥ min_T (DP(T) + (c − 1/v)·T) + sends/v for ω as in `partition_bound`.
-    None when the runs have more than MAX_GROUP_STATES count vectors."""
-    P, v, c = program.pipeline_degree, program.virtual_stages, program.micro_batches
-    reduced = reduce_program(program, fold=True)
-    runs = reduced.runs
-    if any(len(run.keep) == 0 for run in runs):
-        return math.inf
-    lengths = np.array([run.length for run in runs])
-    if np.prod(lengths + 1, dtype=float) > MAX_GROUP_STATES:
-        return None
-    digits = np.stack(np.meshgrid(*(np.arange(n + 1) for n in lengths), indexing="ij"), axis=-1)
-    digits = digits.reshape(-1, len(runs))
-    strides = np.cumprod(np.concatenate([[1], (lengths + 1)[::-1][:-1]]))[::-1]
-    index = digits @ strides
-    order = np.argsort(index)
-    digits = digits[order]  # row s holds the count vector of state index s
-    full = int(lengths @ strides)
-    fits = np.all(digits[:, None, :] + digits[None, :, :] <= lengths, axis=2)
-    left, right = np.nonzero(fits)
-    total = left + right  # mixed radix: adding vectors that do not overflow adds their indices
-    held = digits.sum(axis=1)
-    cap = float(program.memory_capacity) * (1 + MEMORY_RTOL)
-    inflight = np.asarray(program.inflight, dtype=float)
-    group_inflight = [float(inflight[d::P].min()) for d in range(P)]
-    fronts: dict[tuple[float, float], list] = {}
-    tables: dict[tuple[float, float], np.ndarray] = {}
-    usable = []  # per group, the count vectors it may hold
-    for d in range(P):
-        ok = held >= v
-        ok &= digits[:, 0] >= 1 if d == 0 else digits[:, 0] <= lengths[0] - 1  # group 0 holds the first layer
-        ok &= digits[:, -1] >= 1 if d == P - 1 else digits[:, -1] <= lengths[-1] - 1  # group P − 1 the last
-        usable.append(ok)
-
-    def table(d: int, share: float) -> np.ndarray:
-        """Least Σ (A/v + share·G) of each count vector group d may hold; inf elsewhere."""
-        key = (group_inflight[d], share)
-        if key not in fronts:
-            fronts[key] = []
-            for run in runs:
-                a, g = reduced.A[run.first, run.keep], reduced.G[run.first, run.keep]
-                cost = a / v + share * g
-                weight = reduced.Ms[run.first, run.keep] + key[0] * reduced.Ma[run.first, run.keep]
-                fronts[key].append(front(cost, weight if cap < math.inf else np.zeros_like(weight), run.length, cap))
-            tables[key] = np.full(len(digits), np.nan)
-        out, fr = tables[key], fronts[key]
-        for s in np.flatnonzero(usable[d] & np.isnan(out)):
-            counts = digits[s]
-            out[s] = _least([fr[r][n] for r, n in enumerate(counts) if n], cap) \
-                if all(n < len(f) for n, f in zip(counts, fr)) else math.inf
-        return np.where(usable[d], out, math.inf)
-
-    def dp(cost: list[np.ndarray]) -> float:
-        best = cost[0]
-        for d in range(1, P):
-            nxt = np.full(len(digits), math.inf)
-            np.minimum.at(nxt, total, best[left] + cost[d][right])
-            best = nxt
-        return float(best[full])
-
-    time_t = [table(d, 0.0) * v for d in range(P)]  # Σ A: the share-0 cost is Σ A / v
-    candidates = np.unique(np.concatenate([t[np.isfinite(t)] for t in time_t]))
-    if not len(candidates) or dp([np.where(t <= candidates[-1], 0.0, math.inf) for t in time_t]) == math.inf:
-        return math.inf
-    lo, hi = 0, len(candidates) - 1  # the least bottleneck any plan can have
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if dp([np.where(t <= candidates[mid], 0.0, math.inf) for t in time_t]) < math.inf:
-            hi = mid
-        else:
-            lo = mid + 1
-    sends = least_sends(program, np.asarray(program.allowed))
-    weight = c - 1 / v
-    best = -math.inf
-    for omega in (np.full(P, 1.0 / P), np.eye(P)[0], np.eye(P)[P - 1]):
-        cost_t = [table(d, float(omega[d])) for d in range(P)]
-        floor = dp(cost_t)
-        found = math.inf
-        for k, T in enumerate(candidates[lo:]):
-            if weight * T + floor >= found or (cutoff is not None and weight * T + floor + sends / v >= cutoff):
-                break
-            if k == MAX_THRESHOLDS:
-                found = min(found, weight * T + floor)
-                break
-            found = min(found, weight * T + dp([np.where(t <= T, ct, math.inf) for t, ct in zip(time_t, cost_t)]))
-        best = max(best, found + sends / v)
-    return best if cutoff is None else min(best, float(cutoff))

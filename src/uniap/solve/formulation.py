@@ -59,8 +59,7 @@ class Formulation:
         self.program, self.reduced = program, reduced
         P, L = program.stages, program.layers
         runs = reduced.runs
-        bound = lower_bound(program)
-        self.scale = bound if 0 < bound < math.inf else max(float(np.max(reduced.A, initial=0.0)), 1.0)
+        self.scale = scale_of(program, reduced)
         self._added: set[tuple[int, frozenset[int]]] = set()
         bld = Builder()
         stage = np.arange(P)
@@ -192,6 +191,14 @@ class Formulation:
             for chunks in groups:
                 held = bld.variables(1, 0, run.length, integer=True)
                 bld.row(plus(term(held), *(term(self.m[r][i], -1.0) for i in chunks)), 0, 0)
+
+    def group_rows(self, counts: list[np.ndarray]) -> list[tuple[Expr, float, float]]:
+        """Rows holding an interleaved program to given device-group contents: counts[r][d, j] layers of run r
+        under its kept strategy j on group d, summed over the group's chunks (solve.group_relaxation). What
+        is left to choose is where the chunks are cut and the order inside them."""
+        P = self.program.pipeline_degree
+        return [(term(self.n[r][d::P, j]), float(held[d, j]), float(held[d, j]))
+                for r, held in enumerate(counts) for d in range(P) for j in range(held.shape[1])]
 
     def _segment_rows(self, bld: Builder, r: int) -> None:
         """Flow conservation of classes inside run r's segment on each stage, and 'class used' indicators."""
@@ -342,6 +349,13 @@ class Formulation:
                 stage_of[u:u + m] = i
                 u += m
         return Decoded(stage_of, strategy_of, subtours)
+
+
+def scale_of(program: StageProgram, reduced: Reduced) -> float:
+    """Seconds per objective unit: the cheap lower bound on the TPI, so the optimum is ≳ 1 and absolute
+    tolerances act as relative ones."""
+    bound = lower_bound(program)
+    return bound if 0 < bound < math.inf else max(float(np.max(reduced.A, initial=0.0)), 1.0)
 
 
 def _scaled(expr: Expr, factor: float) -> Expr:

@@ -2,21 +2,26 @@
 
 Linear back-ends (HiGHS by default, Gurobi when importable) get the folded MILP of formulation.py and a sub-tour
 cut loop around it: solve, turn the point into a plan, and if a segment's transitions held a sub-tour, add the
-connectivity cuts and solve again, warm-started from the repaired plan. SCIP gets the native quadratic form
-(quadratic.py). Whatever the back-end, the returned objective is `evaluate` of the returned plan.
+connectivity cuts and solve again, warm-started from the repaired plan. An interleaved program is first solved
+by device group (group_relaxation.py): its optimum bounds every plan, and when a plan with those group contents
+attains it, that plan is optimal without the chunk MILP's branching through near-equal chunk splits. SCIP gets
+the native quadratic form (quadratic.py). Whatever the back-end, the returned objective is `evaluate` of the
+returned plan.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 import time
 from dataclasses import dataclass
 
 from uniap.errors import UniapError
-from uniap.solve.backends import GurobiBackend, HighsBackend
+from uniap.solve.backends import HIGHS_SMALL, GurobiBackend, HighsBackend
 from uniap.solve.bounds import partition_bound
-from uniap.solve.formulation import Formulation
+from uniap.solve.formulation import Formulation, scale_of
+from uniap.solve.group_relaxation import GroupRelaxation, chain_plan
 from uniap.solve.program import Solution, StageProgram, evaluate, lower_bound
 from uniap.solve.reduce import reduce_program
 
@@ -68,8 +73,7 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
     bound = lower_bound(program)
     if cutoff is not None and bound < cutoff and program.stages > 1 and program.virtual_stages == 1:
         # A stronger bound (~0.1-0.5 s) before the MILP. One stage has no min-max term for it to tighten: there
-        # the MILP itself is faster. (Interleaved candidates are bounded per device group by the UOP, which
-        # also orders them by it: solve.uop._pop_refined.)
+        # the MILP itself is faster. (Interleaved programs are bounded per device group: _by_group.)
         bound = max(bound, partition_bound(program, cutoff))
     if bound == math.inf:
         return Outcome(None, "infeasible")
@@ -104,10 +108,15 @@ def _linear(program, backend_cls, fold, deadline, cutoff, mip_gap):
     reduced = reduce_program(program, fold)
     if any(len(run.keep) == 0 for run in reduced.runs):
         return "infeasible", None, math.inf
-    form = Formulation(program, reduced)
+    formulation = functools.cache(lambda: Formulation(program, reduced))  # built only once it is needed
+    best, best_value, bound, start = None, math.inf, -math.inf, None
+    if program.virtual_stages > 1:
+        status, bound, arranged = _by_group(program, reduced, formulation, backend_cls, deadline, cutoff)
+        if status != "optimal" or arranged is not None:
+            return status, arranged, bound
+    form = formulation()
     tau = form.scale
     backend = backend_cls(form.model)
-    best, best_value, bound, start = None, math.inf, -math.inf, None
     while True:
         remaining = _remaining(deadline)
         if remaining is not None and remaining <= 0:
@@ -127,6 +136,56 @@ def _linear(program, backend_cls, fold, deadline, cutoff, mip_gap):
             return "limit", best, bound
         backend.add_rows(form.cuts(decoded.subtours))
         start = form.encode(*best)
+
+
+def _by_group(program, reduced, formulation, backend_cls, deadline, cutoff):
+    """Solve the device-group relaxations, and look for a plan with their group contents that attains them.
+
+    First the coarse relaxation (no edge counts: cheapest to cut off) and the direct construction, then, if that
+    does not attain it, the one with edge counts, the direct construction and the chunk MILP with its group
+    contents fixed. Returns (status, bound in seconds, plan): ("optimal", bound, plan) when the plan attains the
+    bound (it is optimal); ("optimal", bound, None) when none does (the chunk MILP must decide, knowing the
+    bound); ("infeasible", inf, None) when no plan fits or beats `cutoff`; ("limit", bound, None) on the time
+    limit."""
+    tau, bound = scale_of(program, reduced), -math.inf
+    for edges in (False, True):
+        relaxation = GroupRelaxation(program, reduced, tau, edges)
+        backend = HighsBackend(relaxation.model, HIGHS_SMALL) if backend_cls is HighsBackend and not edges \
+            else backend_cls(relaxation.model)
+        result = backend.solve(_remaining(deadline), None if cutoff is None else cutoff / tau, 0.0, None)
+        # With a cut-off, HiGHS may return a point above it: then nothing below it exists.
+        if result.status == "infeasible" or (cutoff is not None and result.x is not None
+                                             and result.bound * tau >= cutoff):
+            return "infeasible", math.inf, None
+        if result.status != "optimal":
+            return "limit", max(bound, result.bound * tau), None
+        bound = max(bound, result.bound * tau)
+        plan = _attaining(program, reduced, formulation if edges else None, backend_cls,
+                          relaxation.contents(result.x), bound, deadline)
+        if plan is not None:
+            return "optimal", bound, plan
+    return ("limit" if _remaining(deadline) == 0 else "optimal"), bound, None
+
+
+def _attaining(program, reduced, formulation, backend_cls, contents, bound: float, deadline):
+    """A plan holding the given device-group contents whose TPI attains `bound`, or None: the direct
+    construction (group_relaxation.chain_plan) if it does, else (given a `formulation`) the chunk MILP with
+    those contents fixed, cut off just above the bound."""
+    direct = chain_plan(program, reduced, contents)
+    if direct is not None and evaluate(program, *direct) <= bound * (1 + OPTIMAL_RTOL):
+        return direct
+    if formulation is None:
+        return None
+    target = bound * (1 + OPTIMAL_RTOL / 2)
+    form = formulation()
+    arrange = backend_cls(form.model)
+    arrange.add_rows(form.group_rows(contents))
+    found = arrange.solve(_remaining(deadline), target / form.scale, 0.0, None)
+    if found.x is None:
+        return None
+    decoded = form.decode(found.x)
+    plan = (decoded.stage_of, decoded.strategy_of)
+    return plan if evaluate(program, *plan) <= bound * (1 + OPTIMAL_RTOL) else None
 
 
 def _scip(program, deadline, cutoff, mip_gap):

@@ -109,8 +109,12 @@ class StageProgram:
 
 
 def _finite_non_negative(table, mask: np.ndarray) -> bool:
-    """Every entry of `table` where `mask` holds is finite and >= 0 (two reductions: nan and ±inf reach them)."""
-    values = np.where(mask, np.asarray(table, dtype=float), 0.0)
+    """Every entry of `table` where `mask` holds is finite and >= 0 (two reductions: nan and ±inf reach them).
+    Tables whose every entry passes (the cost model's, whose disallowed entries are 0) need no mask."""
+    values = np.asarray(table, dtype=float)
+    if values.size and values.min() >= 0 and np.isfinite(values.max()):
+        return True
+    values = np.where(mask, values, 0.0)
     if not values.size:
         return True
     lo, hi = values.min(), values.max()

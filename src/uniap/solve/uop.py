@@ -8,7 +8,6 @@ by the stronger partition bound or the MILP itself.
 
 from __future__ import annotations
 
-import bisect
 import math
 import multiprocessing
 import os
@@ -20,7 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from uniap.solve import backends
-from uniap.solve.bounds import group_bound
 from uniap.solve.milp import Outcome, solve_outcome
 from uniap.solve.program import Solution, StageProgram, evaluate_many, lower_bound
 
@@ -51,7 +49,7 @@ class SearchResult:
     unbounded: int = 0  # candidates the time limit left unbuilt (nothing known of them)
 
 
-SERIAL_BUDGET_S = 1.0
+SERIAL_BUDGET_S = 5.0
 """Seconds of solving done in this process before worker processes are started for the rest."""
 
 
@@ -73,7 +71,7 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
     deadline = None if time_limit is None else started + float(time_limit)
     workers = min(os.cpu_count() or 1, 2) if workers is None else max(1, int(workers))
     records: dict[int, CandidateRecord] = {}
-    queue: list[tuple[int, float, int, bool]] = []  # (tier, lower bound, candidate index, bound refined)
+    queue: list[tuple[int, float, int]] = []  # (tier, lower bound, candidate index)
     guess: tuple[int, Solution] | None = None
     unbounded: list[int] = []  # not even built before the deadline (a plan was in hand already)
     for index, candidate in enumerate(candidates):
@@ -89,7 +87,7 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
         if bound == math.inf:
             records[index] = CandidateRecord(candidate, math.inf, None, "infeasible", 0.0)
             continue
-        queue.append((tier(program) if tier else 0, bound, index, program.virtual_stages == 1))
+        queue.append((tier(program) if tier else 0, bound, index))
         if guess is not None and bound >= guess[1].objective:
             continue  # its uniform plan costs at least its bound: it cannot be the better incumbent
         uniform = uniform_guess(program)
@@ -108,10 +106,9 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
     # is left after SERIAL_BUDGET_S of solving goes to the workers.
     serial_until = math.inf if workers == 1 else time.perf_counter() + SERIAL_BUDGET_S
     while queue and time.perf_counter() < serial_until:
-        entry = _pop_refined(queue, build, state, deadline)
-        if entry is None:
+        _, bound, index = queue.pop(0)
+        if state.skip(index, bound, deadline):
             continue
-        _, bound, index, _ = entry
         solve_started = time.perf_counter()
         outcome = solve_outcome(build(candidates[index]), solver=solver, time_limit=_left(deadline),
                                 cutoff=state.cutoff())
@@ -138,22 +135,6 @@ def uniform_guess(program: StageProgram) -> Solution | None:
                     gap=math.inf, time_s=0.0, solver="uniform")
 
 
-def _pop_refined(queue: list, build, state: "_State", deadline: float | None):
-    """The queue's head if it is to be solved now, else None. An interleaved candidate's bound is refined by the
-    group bound (solve.bounds) when it first reaches the head, and it goes back in line: its cheap bound ignores
-    that whole layers must be balanced over the device groups, so it under-states by 1–3 % and would send
-    candidates to the MILP in the wrong order (llama2-70b on 64 GPUs: three interleaved MILPs of 20–90 s, where
-    the group bound leaves one)."""
-    tier, bound, index, refined = queue.pop(0)
-    if state.skip(index, bound, deadline):
-        return None
-    if not refined:
-        grouped = group_bound(build(state.candidates[index]), state.cutoff())
-        bisect.insort(queue, (tier, bound if grouped is None else max(bound, grouped), index, True))
-        return None
-    return tier, bound, index, refined
-
-
 def _parallel(queue, build, state: "_State", solver: str, deadline: float | None, workers: int) -> None:
     """Keep `workers` solves in flight, each cut off at the incumbent of the moment it starts. A candidate of a
     higher tier waits until every solve of a lower tier has settled, so it starts with their incumbent."""
@@ -166,10 +147,9 @@ def _parallel(queue, build, state: "_State", solver: str, deadline: float | None
             while pending and len(running) < workers:
                 if running and pending[0][0] > max(entry[3] for entry in running.values()):
                     break  # the next tier waits for the incumbent of this one
-                entry = _pop_refined(pending, build, state, deadline)
-                if entry is None:
+                tier, bound, index = pending.pop(0)
+                if state.skip(index, bound, deadline):
                     continue
-                tier, bound, index, _ = entry
                 future = pool.submit(solve_outcome, build(state.candidates[index]), solver=solver,
                                      time_limit=_left(deadline), cutoff=state.cutoff())
                 running[future] = (index, bound, time.perf_counter(), tier)

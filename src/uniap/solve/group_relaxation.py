@@ -1,0 +1,253 @@
+"""Interleaved programs by device group: the MILP that forgets where the chunks are cut.
+
+A device group's time, gradient sync and memory depend on which layers it holds under which strategies, and on
+its edges (resharding inside its chunks, sends at their ends), not on where its v chunks sit in the chain. This
+MILP keeps the first and only counts the second; per run r of identical layers (reduce.py) and device group d:
+
+* ``N[r][d, k]`` integer: layers of run r that group d runs under kept strategy k;
+* edge counts by layout class (continuous): ``W[d][r][c, c']`` edges inside run r inside a chunk of group d,
+  ``Z[d][r]`` the edge from run r's last layer to run r + 1's first inside such a chunk, ``X[d][r]`` and
+  ``Y[d][r]`` the same two kinds as chunk boundaries from group d to group d + 1 (mod P), where they are sends;
+* every layer has one edge out and one edge in (the chain's first and last layers one fewer), group d has
+  v boundaries out (v − 1 for group P − 1, whose last chunk ends the chain), the run-to-run edge is one edge,
+  and a layout class a group uses is entered from outside it (no single-class closed walks);
+* a_d = Σ A·N + Σ R over its inner edges, o_d = Σ Rp over its boundaries, g_d = Σ G·N, B ≥ a_d, o_d, H ≥ g_d,
+  memory Σ (Ms + inflight·Ma)·N ≤ capacity at the least in-flight count of the group's chunks;
+* objective (Σ a + Σ o)/v + (c − 1/v)·B + H, the TPI of solve.program.
+
+Every plan maps to a point with the same objective, so the optimum is a lower bound on the program. What the
+counts forget is only that each chunk is one path of layers (they allow closed walks) and where the chunks sit,
+so the bound is attained on the zoo models, and the chunk MILP finds a plan that attains it quickly once the
+group contents are fixed (`Formulation.group_rows`): the interleaved program is then solved without branching
+through the near-equal splits of a group's layers into its chunks (solve.milp).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from uniap.solve.linear import Builder, Expr, minus, plus, term
+from uniap.solve.program import StageProgram, evaluate, least_sends
+from uniap.solve.reduce import Reduced
+
+
+class GroupRelaxation:
+    """The device-group MILP of one interleaved program (`program.virtual_stages` > 1); times divided by `scale`."""
+
+    def __init__(self, program: StageProgram, reduced: Reduced, scale: float, edges: bool):
+        """`edges` False: the coarser MILP without edge counts — sends at the P·v − 1 cheapest edges of the chain,
+        no resharding, each group at least v layers. Weaker, and often faster to cut off."""
+        P, v = program.pipeline_degree, program.virtual_stages
+        self.program, self.reduced, self.scale = program, reduced, scale
+        runs = reduced.runs
+        bld = Builder()
+        self.N = [bld.variables((P, len(run.keep)), 0, self._most(r), integer=True) for r, run in enumerate(runs)]
+        self.B = bld.variables(1)[0]
+        self.H = bld.variables(1)[0]
+        for r, run in enumerate(runs):
+            self.add_placement_constraint(bld, r, run.length)
+        least = least_sends(program, np.asarray(program.allowed)) / scale
+        objective = [term(self.B, program.micro_batches - 1 / v), term(self.H)]
+        if edges:
+            self._edge_variables(bld)
+            self.add_chain_ends_constraint(bld)
+            self.add_run_edge_constraint(bld)
+        else:
+            constant = bld.variables(1, 1, 1)
+            objective.append(term(constant, least / v))
+            self.add_group_size_constraint(bld)
+        sends = []
+        for d in range(P):
+            a, o, g = self._group_terms(d, edges)
+            objective += [(a[0], a[1] / v), (o[0], o[1] / v)]
+            sends.append(o)
+            for expr, limit in ((a, self.B), (o, self.B), (g, self.H)):
+                if len(expr[0]):
+                    self.add_bottleneck_constraint(bld, expr, limit)
+            self.add_memory_constraint(bld, d)
+            if edges:
+                self.add_degree_constraint(bld, d)
+                self.add_class_entered_constraint(bld, d)
+                self.add_boundary_count_constraint(bld, d)
+        if edges:  # Σ o is also at least the P·v − 1 cheapest edges of the chain (distinct edges, whatever ends)
+            bld.row(plus(*sends), least)
+        bld.minimise(plus(*objective))
+        self.model = bld.model()
+
+    def _edge_variables(self, bld: Builder) -> None:
+        P, runs = self.program.pipeline_degree, self.reduced.runs
+        inner = [(run.classes, run.classes) if run.length > 1 else None for run in runs]
+        between = [(runs[r].classes, runs[r + 1].classes) for r in range(len(runs) - 1)]
+        self.W = [[bld.variables(shape, 0) if shape else None for shape in inner] for _ in range(P)]
+        self.X = [[bld.variables(shape, 0) if shape else None for shape in inner] for _ in range(P)]
+        self.Z = [[bld.variables(shape, 0, 1) for shape in between] for _ in range(P)]
+        self.Y = [[bld.variables(shape, 0, 1) for shape in between] for _ in range(P)]
+        self.start = bld.variables(runs[0].classes, 0, 1)  # class of the chain's first layer
+        self.end = bld.variables(runs[-1].classes, 0, 1)  # and of its last
+
+    def _most(self, r: int) -> np.ndarray:
+        """(P, K_r) most layers of run r group d can hold under each strategy: the run, or what memory allows."""
+        program, run, red = self.program, self.reduced.runs[r], self.reduced
+        P = program.pipeline_degree
+        inflight = np.asarray(program.inflight, dtype=float)
+        least_inflight = np.array([inflight[d::P].min() for d in range(P)])
+        per_layer = red.Ms[run.first, run.keep][None, :] + least_inflight[:, None] * red.Ma[run.first, run.keep]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            by_memory = np.floor(float(program.memory_capacity) / per_layer * (1 + 1e-9))
+        return np.minimum(run.length, np.nan_to_num(by_memory, nan=run.length, posinf=run.length))
+
+    def _classes(self, r: int, d: int) -> list[Expr]:
+        """Layers of run r on group d in each layout class."""
+        run = self.reduced.runs[r]
+        return [term(self.N[r][d, run.cls == c]) for c in range(run.classes)]
+
+    def _group_terms(self, d: int, edges: bool) -> tuple[Expr, Expr, Expr]:
+        """(a_d, o_d, g_d) of group d as expressions (o_d empty without edges)."""
+        red, runs, tau = self.reduced, self.reduced.runs, self.scale
+        a = [term(self.N[r][d], red.A[run.first, run.keep] / tau) for r, run in enumerate(runs)]
+        g = [term(self.N[r][d], red.G[run.first, run.keep] / tau) for r, run in enumerate(runs)]
+        o = []
+        for r in range(len(runs) if edges else 0):
+            if self.W[d][r] is not None:
+                a.append(term(self.W[d][r], red.inner(r, red.R) / tau))
+                o.append(term(self.X[d][r], red.inner(r, red.Rp) / tau))
+            if r + 1 < len(runs):
+                a.append(term(self.Z[d][r], red.between(r, red.R) / tau))
+                o.append(term(self.Y[d][r], red.between(r, red.Rp) / tau))
+        return plus(*a), plus(*o), plus(*g)
+
+    def add_placement_constraint(self, bld: Builder, r: int, length: int) -> None:
+        """Every layer of run r sits on some group; each group's total of the run is an integer variable of its
+        own, so the solver branches on how many layers a group holds before which strategies they take."""
+        total = bld.variables(self.program.pipeline_degree, 0, length, integer=True)
+        for d in range(self.program.pipeline_degree):
+            bld.row(plus(term(total[d]), term(self.N[r][d], -1.0)), 0, 0)
+        bld.row(term(total), length, length)
+
+    def add_chain_ends_constraint(self, bld: Builder) -> None:
+        """The chain starts on group 0 (chunk 0) and ends on group P − 1 (chunk P·v − 1), one layer each."""
+        bld.row(term(self.start), 1, 1)
+        bld.row(term(self.end), 1, 1)
+
+    def add_run_edge_constraint(self, bld: Builder) -> None:
+        """The chain has exactly one edge from run r to run r + 1: inside one group's chunk or a boundary."""
+        P = self.program.pipeline_degree
+        for r in range(len(self.reduced.runs) - 1):
+            bld.row(plus(*(term(self.Z[d][r]) for d in range(P)), *(term(self.Y[d][r]) for d in range(P))), 1, 1)
+
+    def add_degree_constraint(self, bld: Builder, d: int) -> None:
+        """Each layer of group d, counted by layout class, has one edge out (inside its chunk or a boundary to
+        group d + 1) and one edge in (inside its chunk or a boundary from group d − 1), but for the chain's ends."""
+        P, runs = self.program.pipeline_degree, self.reduced.runs
+        previous = (d - 1) % P
+        last = len(runs) - 1
+        for r in range(len(runs)):
+            for c, count in enumerate(self._classes(r, d)):
+                out = [term(m[d][r][c, :]) for m in (self.W, self.X) if m[d][r] is not None]
+                if r < last:
+                    out += [term(self.Z[d][r][c, :]), term(self.Y[d][r][c, :])]
+                if r == last and d == P - 1:
+                    out.append(term(self.end[c]))
+                bld.row(plus(count, *(minus(t) for t in out)), 0, 0)
+                into = [term(self.W[d][r][:, c])] if self.W[d][r] is not None else []
+                into += [term(self.X[previous][r][:, c])] if self.X[previous][r] is not None else []
+                if r > 0:
+                    into += [term(self.Z[d][r - 1][:, c]), term(self.Y[previous][r - 1][:, c])]
+                if r == 0 and d == 0:
+                    into.append(term(self.start[c]))
+                bld.row(plus(count, *(minus(t) for t in into)), 0, 0)
+
+    def add_class_entered_constraint(self, bld: Builder, d: int) -> None:
+        """A layout class group d uses in a run is entered from another class or across a boundary: its layers
+        are not all joined to each other in a closed walk (the single-class sub-tours of formulation.py)."""
+        for r, run in enumerate(self.reduced.runs):
+            if self.W[d][r] is None:
+                continue
+            most = self._most(r)[d]
+            used = bld.variables(run.classes, 0, 1, integer=True)
+            for c, count in enumerate(self._classes(r, d)):
+                bld.row(plus(count, term(used[c], -float(most[run.cls == c].max(initial=0)))), hi=0)
+                bld.row(plus(count, term(self.W[d][r][c, c], -1.0), term(used[c], -1.0)), 0)
+
+    def add_boundary_count_constraint(self, bld: Builder, d: int) -> None:
+        """Group d's chunks each end in a send to group d + 1, but the chain's last chunk (on group P − 1)."""
+        P, v = self.program.pipeline_degree, self.program.virtual_stages
+        sends = v - 1 if d == P - 1 else v
+        parts = [term(m) for m in self.X[d] if m is not None] + [term(m) for m in self.Y[d]]
+        bld.row(plus(*parts), sends, sends)
+
+    def add_group_size_constraint(self, bld: Builder) -> None:
+        """Without edges: group 0 holds the first layer, group P − 1 the last, and each of a group's v chunks a
+        layer."""
+        P, v = self.program.pipeline_degree, self.program.virtual_stages
+        bld.row(term(self.N[0][0]), 1)
+        bld.row(term(self.N[-1][P - 1]), 1)
+        for d in range(P):
+            bld.row(plus(*(term(n[d]) for n in self.N)), v)
+
+    @staticmethod
+    def add_bottleneck_constraint(bld: Builder, expr: Expr, limit: int) -> None:
+        """limit ≥ a group's sum (B over times and sends, H over gradient syncs)."""
+        bld.row(plus(expr, term(limit, -1.0)), hi=0)
+
+    def add_memory_constraint(self, bld: Builder, d: int) -> None:
+        """Group d's bytes fit its devices (at the least in-flight count of its chunks)."""
+        cap = float(self.program.memory_capacity)
+        if not math.isfinite(cap):
+            return
+        P, red = self.program.pipeline_degree, self.reduced
+        infl = float(np.asarray(self.program.inflight, dtype=float)[d::P].min())
+        bld.row(plus(*(term(self.N[r][d], (red.Ms[run.first, run.keep] + infl * red.Ma[run.first, run.keep]) / cap)
+                       for r, run in enumerate(red.runs))), hi=1.0)
+
+    def contents(self, x: np.ndarray) -> list[np.ndarray]:
+        """The group contents of a point: per run, counts (P, K_r) over the run's kept strategies."""
+        return [np.rint(x[n]).astype(int) for n in self.N]
+
+
+def chain_plan(program: StageProgram, reduced: Reduced, counts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The fastest of four plans built directly (no MILP) that hold the given group contents; None when none
+    can be built. Each group lists its layers in chain order, a run's layers class by class (the most numerous
+    class first, or last), and cuts that list into its v chunks: where the run or the class changes (so
+    resharding becomes a send) and then single layers off its end, or single layers off its end only (one long
+    chunk); chunk j is then group j mod P's next piece."""
+    best, best_value = None, math.inf
+    for most_first in (True, False):
+        for at_changes in (True, False):
+            plan = _chain(program, reduced, counts, most_first, at_changes)
+            value = math.inf if plan is None else evaluate(program, *plan)
+            if value < best_value:
+                best, best_value = plan, value
+    return best
+
+
+def _chain(program: StageProgram, reduced: Reduced, counts: list[np.ndarray], most_first: bool,
+           at_changes: bool) -> tuple[np.ndarray, np.ndarray] | None:
+    P, v, L = program.pipeline_degree, program.virtual_stages, program.layers
+    runs = reduced.runs
+    pieces = []
+    for d in range(P):
+        labels = []  # (run, class, strategy) of the group's layers in chain order
+        for r, (run, held) in enumerate(zip(runs, counts)):
+            per_class = np.bincount(run.cls, weights=held[d], minlength=run.classes)
+            for c in np.argsort(-per_class if most_first else per_class, kind="stable"):
+                for j in np.flatnonzero(run.cls == c):
+                    labels += [(r, int(c), int(run.keep[j]))] * int(held[d, j])
+        if len(labels) < v:
+            return None
+        changes = [i for i in range(1, len(labels)) if labels[i][:2] != labels[i - 1][:2]]
+        cuts = set(changes[:v - 1]) if at_changes else set()
+        tail = len(labels) - 1
+        while len(cuts) < v - 1:  # more chunks than changes: single layers off the end
+            cuts.add(tail) if tail not in cuts else None
+            tail -= 1
+        edges = [0, *sorted(cuts), len(labels)]
+        pieces.append([labels[a:b] for a, b in zip(edges[:-1], edges[1:])])
+    chain = [(j, label) for k in range(v) for d in range(P) for label in pieces[d][k]
+             for j in [k * P + d]]
+    run_at = np.repeat(np.arange(len(runs)), [run.length for run in runs])
+    if len(chain) != L or any(label[0] != run_at[u] for u, (_, label) in enumerate(chain)):
+        return None  # the groups' runs do not line up along the chain this way
+    return np.array([j for j, _ in chain]), np.array([label[2] for _, label in chain])
