@@ -3,8 +3,8 @@
 Three tables:
 1. one MILP (one pipeline configuration), folded vs unfolded, as the number of identical blocks grows: a GPT with
    hidden 4096 on a100-80g:8x8, global batch 512, c = 16 micro-batches (unfolded capped at --unfolded-limit s);
-2. the whole search (`uniap plan`: every pipeline degree × micro-batch count) against layers (12…128) and devices
-   (8…4096): GPT with hidden 4096, sequence 2048, global batch max(512, devices);
+2. the whole search (`uniap plan`: every pipeline degree × micro-batch count × virtual stages) against layers
+   (12…128) and devices (8…4096): GPT with hidden 4096, sequence 2048, global batch max(512, devices);
 3. the issue's targets: llama2-70b on a100-80g:8x8 (batch 512, seq 4096) ≤ 5 s proven optimal, and the
    1-trillion-parameter GPT (128 layers, hidden 25600) on a100-80g:384x8 (batch 3072) ≤ 60 s, gap ≤ 1 %; each
    searched with 1F1B alone and with interleaving too (the default), and the ratio of the two;
@@ -70,7 +70,8 @@ def single_program(args) -> None:
 
 def whole_search(args) -> None:
     print("\n2) whole search (`uniap plan`): gpt hidden 4096, seq 2048, B = max(512, devices)")
-    print(f"{'blocks':>6} {'devices':>7} {'candidates':>10} {'search s':>9} {'optimal':>8} {'gap':>8} {'P':>4} {'c':>5}")
+    print(f"{'blocks':>6} {'devices':>7} {'candidates':>10} {'search s':>9} {'optimal':>8} {'gap':>8} {'P':>4} {'v':>3} "
+          f"{'c':>5}")
     for devices in (8, 64, 512, 4096):
         for layers in (12, 32, 64, 128):
             if args.quick and devices * layers > 64 * 128:
@@ -85,7 +86,8 @@ def whole_search(args) -> None:
                 continue
             s = plan.search
             print(f"{layers:>6} {devices:>7} {s['candidates']:>10} {s['time_s']:>9.2f} {str(s['optimal']):>8} "
-                  f"{s['gap'] * 100:>7.3f}% {plan.pipeline['degree']:>4} {plan.pipeline['micro_batches']:>5}",
+                  f"{s['gap'] * 100:>7.3f}% {plan.pipeline['degree']:>4} {plan.pipeline['virtual_stages']:>3} "
+                  f"{plan.pipeline['micro_batches']:>5}",
                   flush=True)
 
 

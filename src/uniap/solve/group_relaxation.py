@@ -43,7 +43,10 @@ class GroupRelaxation:
         self.program, self.reduced, self.scale = program, reduced, scale
         runs = reduced.runs
         bld = Builder()
-        self.N = [bld.variables((P, len(run.keep)), 0, self._most(r), integer=True) for r, run in enumerate(runs)]
+        # Without edges a strategy is seen only through A, G, Ms, Ma: one that another beats in all four (of any
+        # layout class) is never needed, which leaves a few of a run's strategies (e.g. 10 of 36).
+        self.N = [bld.variables((P, len(run.keep)), 0, self._most(r) * (edges or _undominated(reduced, run)),
+                                integer=True) for r, run in enumerate(runs)]
         self.B = bld.variables(1)[0]
         self.H = bld.variables(1)[0]
         for r, run in enumerate(runs):
@@ -251,3 +254,15 @@ def _chain(program: StageProgram, reduced: Reduced, counts: list[np.ndarray], mo
     if len(chain) != L or any(label[0] != run_at[u] for u, (_, label) in enumerate(chain)):
         return None  # the groups' runs do not line up along the chain this way
     return np.array([j for j, _ in chain]), np.array([label[2] for _, label in chain])
+
+
+def _undominated(reduced: Reduced, run) -> np.ndarray:
+    """Mask over run.keep: strategies no other one beats in A, G, Ms and Ma (an exact tie keeps the first)."""
+    values = np.stack([t[run.first, run.keep] for t in (reduced.A, reduced.G, reduced.Ms, reduced.Ma)], axis=1)
+    index = np.arange(len(run.keep))
+    keep = np.ones(len(run.keep), dtype=bool)
+    for j in index:
+        no_worse = np.all(values <= values[j], axis=1) & (index != j)
+        if np.any(no_worse & (np.any(values < values[j], axis=1) | (index < j))):
+            keep[j] = False
+    return keep

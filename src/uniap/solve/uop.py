@@ -49,8 +49,10 @@ class SearchResult:
     unbounded: int = 0  # candidates the time limit left unbuilt (nothing known of them)
 
 
-SERIAL_BUDGET_S = 5.0
-"""Seconds of solving done in this process before worker processes are started for the rest."""
+SERIAL_BUDGET_S = 1.0
+"""Seconds of solving done in this process before worker processes may be started for the rest."""
+WORKER_START_S = 0.5
+"""What starting the worker pool costs here (spawned processes importing numpy and HiGHS)."""
 
 
 def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProgram | None], *,
@@ -102,17 +104,23 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
     if guess is not None:  # an incumbent before any MILP: solves then only look for something better
         state.best_index, state.best = guess
     state.report_settled()
-    # Serially first: most searches settle in a few solves, and starting worker processes costs ~0.5 s. Only what
-    # is left after SERIAL_BUDGET_S of solving goes to the workers.
+    # Serially first: most searches settle in a few solves, and starting worker processes costs WORKER_START_S.
+    # After SERIAL_BUDGET_S of solving, what is left goes to the workers if it is worth more than that.
     serial_until = math.inf if workers == 1 else time.perf_counter() + SERIAL_BUDGET_S
-    while queue and time.perf_counter() < serial_until:
+    solve_times: list[float] = []
+    while queue:
+        if time.perf_counter() >= serial_until:
+            if _worth_workers(queue, state, solve_times, workers):
+                break
+            serial_until = math.inf
         _, bound, index = queue.pop(0)
         if state.skip(index, bound, deadline):
             continue
         solve_started = time.perf_counter()
         outcome = solve_outcome(build(candidates[index]), solver=solver, time_limit=_left(deadline),
                                 cutoff=state.cutoff())
-        state.settle(index, bound, outcome, time.perf_counter() - solve_started)
+        solve_times.append(time.perf_counter() - solve_started)
+        state.settle(index, bound, outcome, solve_times[-1])
     if queue:
         _parallel(queue, build, state, solver, deadline, workers)
     ordered = [records[i] for i in range(len(candidates))]
@@ -133,6 +141,16 @@ def uniform_guess(program: StageProgram) -> Solution | None:
         return None
     return Solution(stage_of=stage_of, strategy_of=strategies[k], objective=float(values[k]), optimal=False,
                     gap=math.inf, time_s=0.0, solver="uniform")
+
+
+def _worth_workers(queue, state: "_State", solve_times: list[float], workers: int) -> bool:
+    """Would `workers` processes save more than starting them costs? The candidates left that can still beat the
+    incumbent, at the median solve time so far (one long solve of the winner says little of the rest), shared by
+    the workers instead of solved one after the other."""
+    cutoff = state.cutoff()
+    left = sum(1 for entry in queue if cutoff is None or entry[1] < cutoff)
+    typical = float(np.median(solve_times)) if solve_times else 0.0
+    return left * typical * (1 - 1 / workers) > WORKER_START_S
 
 
 def _parallel(queue, build, state: "_State", solver: str, deadline: float | None, workers: int) -> None:
