@@ -7,6 +7,7 @@ formulation.py  the exact MILP over folded runs, plan <-> point maps, sub-tour c
 linear.py       solver-neutral sparse MILP; backends.py: HiGHS and Gurobi behind one interface
 quadratic.py    the native quadratic form for SCIP
 bounds.py       DP partition bound (prunes candidates before any MILP)
+group_relaxation.py  interleaved programs by device group: a small MILP that bounds them, plans built from it
 milp.py         `solve(program, solver=..., time_limit=..., cutoff=..., fold=..., mip_gap=...)`
 uop.py          `search(candidates, build, ...)`: the unified optimisation process over configurations
 """
