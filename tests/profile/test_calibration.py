@@ -131,6 +131,22 @@ def test_zero0_all_reduce_is_priced_once_per_iteration(path):
     assert measured_layer_cost(cluster, block, Strategy(2, 2, zero=3), 8, FP32)[1] == pytest.approx(1e-4)
 
 
+def test_whole_chain_slowdown_scales_every_layer_time(tmp_path):
+    """The profile's whole-chain figure over its layers timed alone multiplies A (not G, memory or sends)."""
+    tables = {}
+    for scale in (1.0, 1.25):
+        p = tmp_path / f"profile-{scale}.json"
+        p.write_text(json.dumps(synthetic_profile(TINY, SEQ, 4, chain=scale)))
+        cluster = calibrate(load_cluster("cpu:1x4"), p, model=MODEL, workload=FP32)
+        assert cluster.costs.doc["chain"]["scale"] == pytest.approx(scale)
+        tables[scale] = build_program(MODEL, cluster, FP32, 1, 2, enumerate_strategies(4))
+    plain, slow = tables[1.0], tables[1.25]
+    ok = plain.allowed
+    assert np.allclose(slow.A[ok], 1.25 * plain.A[ok])
+    assert np.allclose(slow.G[ok], plain.G[ok]) and np.allclose(slow.Ma[ok], plain.Ma[ok])
+    assert np.allclose(slow.Rp, plain.Rp)
+
+
 def test_calibration_moves_predictions_the_way_the_measurements_say(tmp_path):
     cpu = load_cluster("cpu:1x4")
 

@@ -206,7 +206,8 @@ def adjust_tables(cluster: ClusterSpec, model, workload, strategies: list[Strate
                   schedule: str, A: np.ndarray, R: np.ndarray, allowed: np.ndarray):
     """What the measured runtime does beyond the sum of its per-layer figures, for one pipeline configuration.
 
-    1. contention and pipeline overhead (`pipeline_scale`) on the per-micro-batch stage tables;
+    1. contention and pipeline overhead (`pipeline_scale`) on the per-micro-batch stage tables, and on A the
+       whole chain's slowdown over its layers timed alone (`chain_scale`);
     2. the runtime runs 1F1B with fewer micro-batches than stages as GPipe (torch's 1F1B needs c >= P), which
        keeps all c micro-batches in flight.
     Returns (A, R, schedule).
@@ -219,7 +220,14 @@ def adjust_tables(cluster: ClusterSpec, model, workload, strategies: list[Strate
     scale = pipeline_scale(cluster, stages, micro_batches, best[np.isfinite(best)])
     if schedule == "1f1b" and micro_batches < stages:
         schedule = "gpipe"
-    return A * scale, R * scale, schedule
+    return A * scale * chain_scale(cluster), R * scale, schedule
+
+
+def chain_scale(cluster: ClusterSpec) -> float:
+    """How much slower the layers run once each in turn, as a step runs them, than one layer repeated, as the
+    profile times them (the profile's whole-chain measurement; 1 for profiles without it)."""
+    chain = profile_of(cluster).get("chain") or {}
+    return float(chain.get("scale", 1.0))
 
 
 def busy_ranks(world: int, stages: int, micro_batches: int) -> float:

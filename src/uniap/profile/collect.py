@@ -132,6 +132,12 @@ def assemble(raw: dict, config: ModelConfig, seq_len: int, world: int, spec: dic
         pipeline.append({"stages": int(e["stages"]), "micro_batches": int(e["micro_batches"]),
                          "samples": int(e["samples"]), "step_s": step, "stand_in_s": float(e["stand_in_s"]),
                          "per_slot_s": max(step / slots - float(e["stand_in_s"]), 0.0)})
+    chain = None
+    if raw.get("chain"):
+        e = raw["chain"]
+        whole, alone = fit.median(e["chain_s"]), fit.median(e["layers_s"])
+        chain = {"strategy": e["strategy"], "samples": int(e["samples"]), "chain_s": whole, "layers_s": alone,
+                 "scale": whole / alone if alone > 0 else 1.0}
     cuda = raw.get("backend") == "nccl"
     doc = {
         "schema": SCHEMA,
@@ -163,6 +169,9 @@ def assemble(raw: dict, config: ModelConfig, seq_len: int, world: int, spec: dic
                        "activations: bytes saved for backward per micro-batch (saved-tensor hooks"
                        + (", or the allocator's growth across the forward if larger)" if cuda else ")")),
             "collectives": "all groups of n ranks at once; fit: seconds = a + b·bytes",
+            "chain": "forward + backward of the whole chain at once (every layer dp over all ranks, ZeRO-0 "
+                     "without its all-reduce) against the sum of its layers each timed alone, calls back to "
+                     "back; scale = chain_s / layers_s multiplies every per-layer time",
             "pipeline": "torch.distributed.pipelining 1F1B over P stages, c = 2P micro-batches of the model's "
                         "activation, with a stand-in stage that computes almost nothing: per_slot_s = step / "
                         "(c + P − 1) − the stand-in's forward + backward",
@@ -170,6 +179,7 @@ def assemble(raw: dict, config: ModelConfig, seq_len: int, world: int, spec: dic
         "layers": layers,
         "collectives": collectives,
         "pipeline": pipeline,
+        "chain": chain,
         "measure_seconds": float(raw.get("seconds", 0.0)),
         "wall_seconds": float(wall_s),
     }

@@ -16,7 +16,8 @@ the model (embed, block, head: one per LayerSpec signature) with the runtime's o
              (`runtime.measure.ActivationMeter`; on CUDA also the allocator's growth across the forward).
   optimizer  the optimizer step of the layer's local parameters (SGD momentum, the runtime's default).
 
-Then α–β of all-reduce, all-gather, reduce-scatter (each group size > 1, all groups at once) and
+Then the whole chain in one forward + backward against its layers one at a time (what running each layer once
+in turn costs beyond its repeated calls), and α–β of all-reduce, all-gather, reduce-scatter (each group size > 1, all groups at once) and
 point-to-point (rank r ↔ r + N/2, all pairs at once) at a few message sizes.
 
 ZeRO-1 runs as ZeRO-2 in the runtime (FSDP2 has no separate mode), so it is not measured twice: the
@@ -38,6 +39,7 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from uniap.models.decoder import build_layer, check_supported, lm_loss
 from uniap.profile.items import LayerType, work_items
+from uniap.spec.families import build_layers
 from uniap.runtime.measure import ActivationMeter, static_bytes
 from uniap.runtime.parallelize import apply_strategy
 from uniap.runtime.train import make_optimizer
@@ -274,6 +276,68 @@ class Harness:
         got = self._max(steps + [sorted(own)[len(own) // 2]])
         return {"stages": stages, "micro_batches": c, "samples": samples, "step_s": got[:-1], "stand_in_s": got[-1]}
 
+    # -- the whole chain -------------------------------------------------------------------------------
+    def measure_chain(self) -> dict:
+        """Forward + backward of the whole chain in one pass, every layer dp over all ranks (ZeRO-0, its
+        all-reduce off), against the same layers timed one at a time as `measure_layer` times them (a layer's
+        calls back to back). A training step runs each layer once in turn, so its weights and activations are
+        no longer the ones in cache, and that costs time the per-layer figures do not hold."""
+        s = Strategy(dp=self.world, tp=1, zero=0, recompute=False)
+        n_layers = len(build_layers(self.config, self.seq_len).layers)
+        chain = []
+        for u in range(n_layers):
+            layer = build_layer(self.config, u, self.seed).to(self.device)
+            layer = apply_strategy(layer, s, self.mesh(s.dp, 1) if s.devices > 1 else None)
+            sync = getattr(layer, "gradient_sync", None)
+            if sync is not None:
+                sync.enabled = False
+            chain.append(layer)
+        samples = self.sizes[len(self.sizes) // 2]
+        gen = torch.Generator(device="cpu").manual_seed(self.seed * 7919 + samples)
+        t, h, v = self.seq_len, self.config.hidden, self.config.vocab
+        tokens = torch.randint(0, v, (samples, t), generator=gen).to(self.device)
+        targets = torch.randint(0, v, (samples, t), generator=gen).to(self.device)
+        hidden = torch.randn((samples, t, h), generator=gen).to(self.device).requires_grad_(True)
+        grad = torch.randn((samples, t, h), generator=gen).to(self.device)
+
+        def whole() -> None:
+            out = tokens
+            for layer in chain[:-1]:
+                out = layer(out)
+            lm_loss(chain[-1](out), targets, targets.numel()).backward()
+
+        def one(u: int):
+            layer = chain[u]
+            if u == 0:
+                return lambda: layer(tokens).backward(grad)
+            if u == n_layers - 1:
+                return lambda: lm_loss(layer(hidden), targets, targets.numel()).backward()
+            return lambda: layer(hidden).backward(grad)
+
+        def timed(call) -> list[float]:
+            warm = []
+            for _ in range(max(self.warmup, 1)):
+                dist.barrier()
+                with self.clock.region(warm):
+                    call()
+            inner = self._inner(self.clock.read(warm)[-1])
+            times = []
+            for _ in range(self.reps):
+                marks = []
+                dist.barrier()
+                with self.clock.region(marks):
+                    for _ in range(inner):
+                        call()
+                times.append(self.clock.read(marks)[0] / inner)
+            return self._max(times)
+
+        whole_s = timed(whole)
+        alone = [timed(one(u)) for u in range(n_layers)]
+        for layer in chain:
+            layer.zero_grad(set_to_none=True)
+        return {"strategy": s.to_json(), "samples": samples, "chain_s": whole_s,
+                "layers_s": [sum(rep) for rep in zip(*alone)]}
+
     # -- collectives -------------------------------------------------------------------------------------
     def measure_collective(self, op: str, n: int) -> dict:
         rows = []
@@ -337,6 +401,8 @@ def run_profile(spec: dict, rank: int, world: int, device: torch.device, progres
                 new = h.measure_layer(item[2], item[3])
             elif item[0] == "pipeline":
                 new = h.measure_pipeline(item[1])
+            elif item[0] == "chain":
+                new = h.measure_chain()
             else:
                 new = h.measure_collective(item[1], item[2])
             got[i] = new if got[i] is None else _merge(got[i], new)
@@ -344,23 +410,28 @@ def run_profile(spec: dict, rank: int, world: int, device: torch.device, progres
         progress(total, total, "done")
     if rank != 0:
         return None
-    layers, collectives, pipeline = [], [], []
+    layers, collectives, pipeline, chain = [], [], [], None
     for item, res in zip(items, got):
         if item[0] == "pipeline":
             pipeline.append(res)
+        elif item[0] == "chain":
+            chain = res
         elif item[0] == "layer":
             _, d, lt, s = item
             layers.append({"d": d, "kind": lt.kind, "index": lt.index, "names": list(lt.names),
                            "strategy": s.to_json(), **res})
         else:
             collectives.append({"op": item[1], "n": item[2], **res})
-    return {"layers": layers, "collectives": collectives, "pipeline": pipeline,
+    return {"layers": layers, "collectives": collectives, "pipeline": pipeline, "chain": chain,
             "seconds": time.perf_counter() - started,
             "passes": passes, "threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
 
 
 def _merge(old: dict, new: dict) -> dict:
     """Repetitions of two passes together (maxima for memory)."""
+    if "chain_s" in old:  # the whole chain
+        return {**old, "chain_s": list(old["chain_s"]) + list(new["chain_s"]),
+                "layers_s": list(old["layers_s"]) + list(new["layers_s"])}
     if "step_s" in old:  # pipeline
         return {**old, "step_s": list(old["step_s"]) + list(new["step_s"]),
                 "stand_in_s": min(old["stand_in_s"], new["stand_in_s"])}
@@ -386,5 +457,7 @@ def _describe(item: tuple) -> str:
         return f"{lt.kind} on {d} rank{'s' if d > 1 else ''}: {s.label()}"
     if item[0] == "pipeline":
         return f"pipeline machinery over {item[1]} stages"
+    if item[0] == "chain":
+        return "the whole chain against its layers one at a time"
     _, op, n = item
     return f"{op} over {n} ranks"

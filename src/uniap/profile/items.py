@@ -57,7 +57,7 @@ def measured_strategies(d: int, kind: str, config: ModelConfig, max_tp: int | No
 
 
 def work_items(config: ModelConfig, seq_len: int, world: int, max_tp: int | None = None) -> list[tuple]:
-    """Everything measured, in order, identical on every rank: ("layer", d, LayerType, Strategy),
+    """Everything measured, in order, identical on every rank: ("layer", d, LayerType, Strategy), ("chain",),
     ("pipeline", P) and ("collective", op, n)."""
     items: list[tuple] = []
     types = layer_types(config, seq_len)
@@ -65,6 +65,7 @@ def work_items(config: ModelConfig, seq_len: int, world: int, max_tp: int | None
         for lt in types:
             for s in measured_strategies(d, lt.kind, config, max_tp):
                 items.append(("layer", d, lt, s))
+    items.append(("chain",))
     if world > 1:
         items += [("pipeline", p) for p in sorted(divisors(world)) if p > 1]
     for n in sorted(divisors(world)):
