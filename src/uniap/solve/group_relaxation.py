@@ -15,11 +15,14 @@ MILP keeps the first and only counts the second; per run r of identical layers (
   memory Σ (Ms + inflight·Ma)·N ≤ capacity at the least in-flight count of the group's chunks;
 * objective (Σ a + Σ o)/v + (c − 1/v)·B + H, the TPI of solve.program.
 
-Every plan maps to a point with the same objective, so the optimum is a lower bound on the program. What the
+Every plan maps to a point whose objective is its TPI, so the optimum is a lower bound on the program. What the
 counts forget is only that each chunk is one path of layers (they allow closed walks) and where the chunks sit,
-so the bound is attained on the zoo models, and the chunk MILP finds a plan that attains it quickly once the
-group contents are fixed (`Formulation.group_rows`): the interleaved program is then solved without branching
-through the near-equal splits of a group's layers into its chunks (solve.milp).
+so the bound is attained on the zoo models. A coarser form (`edges=False`) drops the edge counts: sends at the
+P·v − 1 cheapest edges, no resharding, each group at least v layers; every plan's point then costs at most its
+TPI. `chain_plan` builds a plan with given group contents directly, and the chunk MILP with the contents fixed
+(`Formulation.group_rows`) finds one when it cannot: when such a plan attains the bound the interleaved
+program is solved without branching through the near-equal splits of a group's layers into its chunks
+(solve.milp).
 """
 
 from __future__ import annotations
