@@ -170,9 +170,9 @@ def measured_layer_cost(cluster: ClusterSpec, layer, s: Strategy, micro_batch: i
     A = Line.from_json(rec["fit"])(samples)
     Ma = Line.from_json(rec["act_fit"])(samples)
     G = float(rec["optimizer_s"])
-    if s.dp > 1 and s.zero == 0:
+    if s.dp > 1 and s.zero == 0:  # at the cost the profile measured beside a backward (`chain_scale`)
         local = layer.params - layer.tp_params + layer.tp_params / s.tp
-        G += idx.comm("all_reduce", 4.0 * local, s.dp, cluster.device.intra)
+        G += idx.comm("all_reduce", 4.0 * local, s.dp, cluster.device.intra) * chain_scale(cluster, "all_reduce_scale")
     return float(A), G, float(rec["static_bytes"]), float(Ma)
 
 
@@ -223,11 +223,12 @@ def adjust_tables(cluster: ClusterSpec, model, workload, strategies: list[Strate
     return A * scale * chain_scale(cluster), R * scale, schedule
 
 
-def chain_scale(cluster: ClusterSpec) -> float:
-    """How much slower the layers run once each in turn, as a step runs them, than one layer repeated, as the
-    profile times them (the profile's whole-chain measurement; 1 for profiles without it)."""
+def chain_scale(cluster: ClusterSpec, figure: str = "scale") -> float:
+    """From the profile's whole-chain measurement (1 for profiles without it): "scale", how much slower the
+    layers run once each in turn, as a step runs them, than one layer repeated, as the profile times them;
+    "all_reduce_scale", ZeRO-0's all-reduces beside the backward against the all-reduce fit on an idle machine."""
     chain = profile_of(cluster).get("chain") or {}
-    return float(chain.get("scale", 1.0))
+    return float(chain.get(figure, 1.0))
 
 
 def busy_ranks(world: int, stages: int, micro_batches: int) -> float:

@@ -135,9 +135,13 @@ def assemble(raw: dict, config: ModelConfig, seq_len: int, world: int, spec: dic
     chain = None
     if raw.get("chain"):
         e = raw["chain"]
-        whole, alone = fit.median(e["chain_s"]), fit.median(e["layers_s"])
+        whole, alone, synced = fit.median(e["chain_s"]), fit.median(e["layers_s"]), fit.median(e["synced_s"])
+        fits = {(c["op"], c["n"]): c["fit"] for c in collectives}
+        line = fits.get(("all_reduce", world))
+        idle = sum(line["a"] + line["b"] * 4.0 * layer.params for layer in spec_model.layers) if line else 0.0
         chain = {"strategy": e["strategy"], "samples": int(e["samples"]), "chain_s": whole, "layers_s": alone,
-                 "scale": whole / alone if alone > 0 else 1.0}
+                 "scale": whole / alone if alone > 0 else 1.0, "synced_s": synced, "all_reduce_idle_s": idle,
+                 "all_reduce_scale": max(synced - whole, 0.0) / idle if idle > 0 else 1.0}
     cuda = raw.get("backend") == "nccl"
     doc = {
         "schema": SCHEMA,
@@ -171,7 +175,9 @@ def assemble(raw: dict, config: ModelConfig, seq_len: int, world: int, spec: dic
             "collectives": "all groups of n ranks at once; fit: seconds = a + b·bytes",
             "chain": "forward + backward of the whole chain at once (every layer dp over all ranks, ZeRO-0 "
                      "without its all-reduce) against the sum of its layers each timed alone, calls back to "
-                     "back; scale = chain_s / layers_s multiplies every per-layer time",
+                     "back; scale = chain_s / layers_s multiplies every per-layer time. synced_s: the chain "
+                     "with ZeRO-0's once-per-step all-reduces on; all_reduce_scale = (synced_s − chain_s) / the "
+                     "all-reduce fit's time for the same gradients on an idle machine, on every ZeRO-0 all-reduce",
             "pipeline": "torch.distributed.pipelining 1F1B over P stages, c = 2P micro-batches of the model's "
                         "activation, with a stand-in stage that computes almost nothing: per_slot_s = step / "
                         "(c + P − 1) − the stand-in's forward + backward",

@@ -281,7 +281,8 @@ class Harness:
         """Forward + backward of the whole chain in one pass, every layer dp over all ranks (ZeRO-0, its
         all-reduce off), against the same layers timed one at a time as `measure_layer` times them (a layer's
         calls back to back). A training step runs each layer once in turn, so its weights and activations are
-        no longer the ones in cache, and that costs time the per-layer figures do not hold."""
+        no longer the ones in cache, and that costs time the per-layer figures do not hold. Then the chain
+        again with ZeRO-0's all-reduces on, as a step runs them: beside the backward of the layers before."""
         s = Strategy(dp=self.world, tp=1, zero=0, recompute=False)
         n_layers = len(build_layers(self.config, self.seq_len).layers)
         chain = []
@@ -332,10 +333,17 @@ class Harness:
             return self._max(times)
 
         whole_s = timed(whole)
+        syncs = [layer.gradient_sync for layer in chain if getattr(layer, "gradient_sync", None) is not None]
+        for sync in syncs:  # each call a step of one micro-batch: every layer all-reduces as its backward ends
+            sync.set_backwards_per_step(1)
+            sync.enabled = True
+        synced_s = timed(whole) if syncs else whole_s
+        for sync in syncs:
+            sync.enabled = False
         alone = [timed(one(u)) for u in range(n_layers)]
         for layer in chain:
             layer.zero_grad(set_to_none=True)
-        return {"strategy": s.to_json(), "samples": samples, "chain_s": whole_s,
+        return {"strategy": s.to_json(), "samples": samples, "chain_s": whole_s, "synced_s": synced_s,
                 "layers_s": [sum(rep) for rep in zip(*alone)]}
 
     # -- collectives -------------------------------------------------------------------------------------
@@ -430,8 +438,7 @@ def run_profile(spec: dict, rank: int, world: int, device: torch.device, progres
 def _merge(old: dict, new: dict) -> dict:
     """Repetitions of two passes together (maxima for memory)."""
     if "chain_s" in old:  # the whole chain
-        return {**old, "chain_s": list(old["chain_s"]) + list(new["chain_s"]),
-                "layers_s": list(old["layers_s"]) + list(new["layers_s"])}
+        return {**old, **{key: list(old[key]) + list(new[key]) for key in ("chain_s", "synced_s", "layers_s")}}
     if "step_s" in old:  # pipeline
         return {**old, "step_s": list(old["step_s"]) + list(new["step_s"]),
                 "stand_in_s": min(old["stand_in_s"], new["stand_in_s"])}
