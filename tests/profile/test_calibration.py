@@ -131,14 +131,19 @@ def test_zero0_all_reduce_is_priced_once_per_iteration(path):
     assert measured_layer_cost(cluster, block, Strategy(2, 2, zero=3), 8, FP32)[1] == pytest.approx(1e-4)
 
 
+def _calibrated_with(tmp_path, **chain_figures):
+    """cpu:1x4 calibrated with a synthetic profile whose whole-chain figures are `chain_figures`."""
+    p = tmp_path / f"profile-{'-'.join(f'{k}{v}' for k, v in chain_figures.items())}.json"
+    p.write_text(json.dumps(synthetic_profile(TINY, SEQ, 4, **chain_figures)))
+    return calibrate(load_cluster("cpu:1x4"), p, model=MODEL, workload=FP32)
+
+
 def test_zero0_all_reduce_takes_what_it_took_beside_the_backward(tmp_path):
     """The profile's chain with ZeRO-0's all-reduces on, over the all-reduce fit on an idle machine, scales the
     all-reduce in G (and nothing else)."""
     costs = {}
     for factor in (1.0, 2.5):
-        p = tmp_path / f"profile-{factor}.json"
-        p.write_text(json.dumps(synthetic_profile(TINY, SEQ, 4, all_reduce=factor)))
-        cluster = calibrate(load_cluster("cpu:1x4"), p, model=MODEL, workload=FP32)
+        cluster = _calibrated_with(tmp_path, all_reduce=factor)
         assert cluster.costs.doc["chain"]["all_reduce_scale"] == pytest.approx(factor)
         costs[factor] = {s: measured_layer_cost(cluster, MODEL.layers[1], s, 8, FP32)
                          for s in (Strategy(4, 1), Strategy(4, 1, zero=3))}
@@ -152,9 +157,7 @@ def test_whole_chain_slowdown_scales_every_layer_time(tmp_path):
     """The profile's whole-chain figure over its layers timed alone multiplies A (not G, memory or sends)."""
     tables = {}
     for scale in (1.0, 1.25):
-        p = tmp_path / f"profile-{scale}.json"
-        p.write_text(json.dumps(synthetic_profile(TINY, SEQ, 4, chain=scale)))
-        cluster = calibrate(load_cluster("cpu:1x4"), p, model=MODEL, workload=FP32)
+        cluster = _calibrated_with(tmp_path, chain=scale)
         assert cluster.costs.doc["chain"]["scale"] == pytest.approx(scale)
         tables[scale] = build_program(MODEL, cluster, FP32, 1, 2, enumerate_strategies(4))
     plain, slow = tables[1.0], tables[1.25]
