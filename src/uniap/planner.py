@@ -89,8 +89,8 @@ def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, s
                 workers: int | None = None, progress=None, max_virtual_stages: int = MAX_VIRTUAL_STAGES) -> Plan:
     """The best plan over all pipeline configurations, with the search facts the plan contract carries.
 
-    `schedule` "interleaved-1f1b" (the default) searches 1F1B and interleaved 1F1B (v = 2..max_virtual_stages)
-    together; "1f1b" and "gpipe" search that schedule alone. Interleaved programs are solved by device group
+    `schedule` "interleaved-1f1b" (the default) searches 1F1B and interleaved 1F1B (v = 2..max_virtual_stages;
+    none when that is 1) together; "1f1b" and "gpipe" search that schedule alone. Interleaved programs are solved by device group
     first (solve.group_relaxation), which keeps the whole search within ~2× the plain one."""
     check_schedule(schedule)
     schedules = ("1f1b", INTERLEAVED) if schedule == INTERLEAVED else (schedule,)
@@ -100,8 +100,6 @@ def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, s
         raise UniapError("--max-tp must be >= 1")
     if max_virtual_stages < 1:
         raise UniapError("--max-virtual-stages must be >= 1")
-    if INTERLEAVED in schedules and max_virtual_stages < 2:
-        raise UniapError("the interleaved schedule needs --max-virtual-stages of at least 2")
     started = time.perf_counter()
     cands = candidates(model, cluster, workload, schedules, max_virtual_stages)
     build = partial(build_candidate, model=model, cluster=cluster, workload=workload, schedules=schedules,

@@ -60,3 +60,12 @@ def test_plan_searches_interleaving_unless_the_schedule_restricts_it(cli_json):
     assert both["search"]["candidates"] > plain["search"]["candidates"]
     # the larger space can only do as well or better
     assert both["predicted"]["iteration_time_s"] <= plain["predicted"]["iteration_time_s"] * (1 + 1e-9)
+
+
+def test_one_virtual_stage_searches_1f1b_alone(cli_json):
+    plan = cli_json("plan", "--model", "gpt3-1.3b", "--cluster", "a100-40g:2x8", "--global-batch", "64",
+                    "--seq-len", "2048", "--max-tp", "1", "--max-virtual-stages", "1")
+    restricted = cli_json("plan", "--model", "gpt3-1.3b", "--cluster", "a100-40g:2x8", "--global-batch", "64",
+                          "--seq-len", "2048", "--max-tp", "1", "--schedule", "1f1b")
+    assert plan["pipeline"]["virtual_stages"] == 1
+    assert plan["search"]["candidates"] == restricted["search"]["candidates"]
