@@ -116,7 +116,8 @@ class Harness:
     # -- layers ------------------------------------------------------------------------------------------
     def _build(self, lt: LayerType, s: Strategy):
         layer = build_layer(self.config, lt.index, self.seed).to(self.device)
-        return apply_strategy(layer, s, self.mesh(s.dp, s.tp) if s.devices > 1 else None)
+        return apply_strategy(layer, s, self.mesh(s.dp, s.tp) if s.devices > 1 else None,
+                              backward_follows=lt.kind in ("embedding", "head"))  # as the runtime applies them
 
     def _inputs(self, lt: LayerType, samples: int):
         gen = torch.Generator(device="cpu").manual_seed(self.seed * 7919 + samples)

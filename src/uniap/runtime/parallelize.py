@@ -61,8 +61,8 @@ def apply_strategy(layer: nn.Module, strategy: Strategy, mesh: DeviceMesh | None
                    precision: Precision = FP32, *, backward_follows: bool = False) -> nn.Module:
     """Lay `layer` out as `strategy` says on `mesh` and compute in `precision`; returns the layer (modified in
     place). `mesh`: a ("dp", "tp") mesh of strategy.devices ranks; for one rank None in fp32, a one-rank ("dp",)
-    mesh in mixed precision (every mixed layer gets FSDP2's casting, see `precision.py`). backward_follows: the
-    layer's backward follows its forward at once (the head; see `data_parallel.py`)."""
+    mesh in mixed precision (every mixed layer gets FSDP2's casting, see `precision.py`). backward_follows: ZeRO-3
+    keeps the layer's parameters gathered from forward to backward (the chain's ends; see `data_parallel.py`)."""
     if strategy.tp > 1:
         apply_tensor_parallel(layer, mesh["tp"], sp=strategy.sp)
     layer.recompute = bool(strategy.recompute)
@@ -107,7 +107,7 @@ def _build_chunk(shape: RunShape, topo: Topology, seed: int, device: torch.devic
     for index, layer in module.chain():
         st = shape.strategy(index)
         apply_strategy(layer, st, topo.mesh(st.dp, st.tp) if st.devices > 1 else one_rank, precision,
-                       backward_follows=index == shape.config.layers + 1)
+                       backward_follows=index in (0, shape.config.layers + 1))  # embedding, head
     in_layout = chunk_input_layout(shape, chunk)
     layouts = {index: layer_layouts(shape, index) for index in range(first, last + 1)}
     prev = {first: in_layout}
