@@ -60,10 +60,11 @@ def test_chain_plan_holds_the_contents_it_is_given(seed):
     if result.status != "optimal":
         return
     contents = relaxation.contents(result.x)
-    plan = chain_plan(program, reduced, contents)
+    plan, value = chain_plan(program, reduced, contents)
     if plan is None:
         return
     stage_of, strategy_of = plan
+    assert value == evaluate(program, stage_of, strategy_of)
     P = program.pipeline_degree
     assert np.all(np.diff(stage_of) >= 0) and np.all(np.diff(stage_of) <= 1)
     assert stage_of[0] == 0 and stage_of[-1] == program.stages - 1

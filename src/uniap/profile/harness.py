@@ -196,23 +196,29 @@ class Harness:
             r = self.reps
             rows.append({"samples": samples, "fwd_bwd_s": got[:r], "fwd_s": got[r:2 * r], "bwd_s": got[2 * r:3 * r],
                          "act_bytes": int(got[-2]), "inner": int(got[-1])})
+        opt = self._repeated(optimizer.step)
+        static = self._max([float(static_bytes(layer, optimizer))])[0]
+        optimizer.zero_grad(set_to_none=True)
+        return {"rows": rows, "optimizer_s": opt, "static_bytes": int(static)}
+
+    def _repeated(self, call) -> list[float]:
+        """Seconds per call of `call`, per repetition (slowest rank): warm-up calls, then `reps` repetitions of
+        `inner` calls back to back, each started from a world barrier."""
         warm = []
-        dist.barrier()
-        with self.clock.region(warm):
-            optimizer.step()
-        inner = self._inner(self.clock.read(warm)[0])
-        opt = []
-        for rep in range(self.reps):
+        for _ in range(max(self.warmup, 1)):
+            dist.barrier()
+            with self.clock.region(warm):
+                call()
+        inner = self._inner(self.clock.read(warm)[-1])
+        times = []
+        for _ in range(self.reps):
             marks = []
             dist.barrier()
             with self.clock.region(marks):
                 for _ in range(inner):
-                    optimizer.step()
-            opt.append(self.clock.read(marks)[0] / inner)
-        static = static_bytes(layer, optimizer)
-        summary = self._max(opt + [float(static)])
-        optimizer.zero_grad(set_to_none=True)
-        return {"rows": rows, "optimizer_s": summary[:-1], "static_bytes": int(summary[-1])}
+                    call()
+            times.append(self.clock.read(marks)[0] / inner)
+        return self._max(times)
 
     def _inner(self, seconds: float) -> int:
         """Calls per repetition so that one lasts about `rep_seconds` (the same count on every rank)."""
@@ -316,32 +322,15 @@ class Harness:
                 return lambda: lm_loss(layer(hidden), targets, targets.numel()).backward()
             return lambda: layer(hidden).backward(grad)
 
-        def timed(call) -> list[float]:
-            warm = []
-            for _ in range(max(self.warmup, 1)):
-                dist.barrier()
-                with self.clock.region(warm):
-                    call()
-            inner = self._inner(self.clock.read(warm)[-1])
-            times = []
-            for _ in range(self.reps):
-                marks = []
-                dist.barrier()
-                with self.clock.region(marks):
-                    for _ in range(inner):
-                        call()
-                times.append(self.clock.read(marks)[0] / inner)
-            return self._max(times)
-
-        whole_s = timed(whole)
+        whole_s = self._repeated(whole)
         syncs = [layer.gradient_sync for layer in chain if getattr(layer, "gradient_sync", None) is not None]
         for sync in syncs:  # each call a step of one micro-batch: every layer all-reduces as its backward ends
             sync.set_backwards_per_step(1)
             sync.enabled = True
-        synced_s = timed(whole) if syncs else whole_s
+        synced_s = self._repeated(whole) if syncs else whole_s
         for sync in syncs:
             sync.enabled = False
-        alone = [timed(one(u)) for u in range(n_layers)]
+        alone = [self._repeated(one(u)) for u in range(n_layers)]
         for layer in chain:
             layer.zero_grad(set_to_none=True)
         return {"strategy": s.to_json(), "samples": samples, "chain_s": whole_s, "synced_s": synced_s,
@@ -369,21 +358,7 @@ class Harness:
                 elif self.rank < 2 * half:
                     dist.recv(full, self.rank - half)
 
-            warm = []
-            for rep in range(max(self.warmup, 1)):
-                dist.barrier()
-                with self.clock.region(warm):
-                    once()
-            inner = self._inner(self.clock.read(warm)[-1])
-            times = []
-            for rep in range(self.reps):
-                marks = []
-                dist.barrier()
-                with self.clock.region(marks):
-                    for _ in range(inner):
-                        once()
-                times.append(self.clock.read(marks)[0] / inner)
-            rows.append({"bytes": elems * 4, "times_s": self._max(times)})
+            rows.append({"bytes": elems * 4, "times_s": self._repeated(once)})
         return {"rows": rows}
 
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from uniap.solve.linear import Builder, Expr, minus, plus, term
 from uniap.solve.program import StageProgram, evaluate, least_sends
-from uniap.solve.reduce import Reduced
+from uniap.solve.reduce import Reduced, undominated
 
 
 class GroupRelaxation:
@@ -48,7 +48,7 @@ class GroupRelaxation:
         bld = Builder()
         # Without edges a strategy is seen only through A, G, Ms, Ma: one that another beats in all four (of any
         # layout class) is never needed, which leaves a few of a run's strategies (e.g. 10 of 36).
-        self.N = [bld.variables((P, len(run.keep)), 0, self._most(r) * (edges or _undominated(reduced, run)),
+        self.N = [bld.variables((P, len(run.keep)), 0, self._most(r) * (edges or _any_class_undominated(reduced, run)),
                                 integer=True) for r, run in enumerate(runs)]
         self.B = bld.variables(1)[0]
         self.H = bld.variables(1)[0]
@@ -213,9 +213,10 @@ class GroupRelaxation:
         return [np.rint(x[n]).astype(int) for n in self.N]
 
 
-def chain_plan(program: StageProgram, reduced: Reduced, counts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
-    """The fastest of four plans built directly (no MILP) that hold the given group contents; None when none
-    can be built. Each group lists its layers in chain order, a run's layers class by class (the most numerous
+def chain_plan(program: StageProgram, reduced: Reduced,
+               counts: list[np.ndarray]) -> tuple[tuple[np.ndarray, np.ndarray] | None, float]:
+    """(plan, its TPI): the fastest of four plans built directly (no MILP) that hold the given group contents; None when none
+    can be built (TPI inf). Each group lists its layers in chain order, a run's layers class by class (the most numerous
     class first, or last), and cuts that list into its v chunks: where the run or the class changes (so
     resharding becomes a send) and then single layers off its end, or single layers off its end only (one long
     chunk); chunk j is then group j mod P's next piece."""
@@ -226,7 +227,7 @@ def chain_plan(program: StageProgram, reduced: Reduced, counts: list[np.ndarray]
             value = math.inf if plan is None else evaluate(program, *plan)
             if value < best_value:
                 best, best_value = plan, value
-    return best
+    return best, best_value
 
 
 def _chain(program: StageProgram, reduced: Reduced, counts: list[np.ndarray], most_first: bool,
@@ -259,13 +260,7 @@ def _chain(program: StageProgram, reduced: Reduced, counts: list[np.ndarray], mo
     return np.array([j for j, _ in chain]), np.array([label[2] for _, label in chain])
 
 
-def _undominated(reduced: Reduced, run) -> np.ndarray:
-    """Mask over run.keep: strategies no other one beats in A, G, Ms and Ma (an exact tie keeps the first)."""
-    values = np.stack([t[run.first, run.keep] for t in (reduced.A, reduced.G, reduced.Ms, reduced.Ma)], axis=1)
-    index = np.arange(len(run.keep))
-    keep = np.ones(len(run.keep), dtype=bool)
-    for j in index:
-        no_worse = np.all(values <= values[j], axis=1) & (index != j)
-        if np.any(no_worse & (np.any(values < values[j], axis=1) | (index < j))):
-            keep[j] = False
-    return keep
+def _any_class_undominated(reduced: Reduced, run) -> np.ndarray:
+    """Mask over run.keep: strategies no other one beats in A, G, Ms and Ma, whatever its layout class."""
+    return undominated(run.keep, np.zeros(len(run.keep), dtype=int),
+                       [t[run.first] for t in (reduced.A, reduced.G, reduced.Ms, reduced.Ma)])

@@ -171,8 +171,8 @@ def _attaining(program, reduced, formulation, backend_cls, contents, bound: floa
     """A plan holding the given device-group contents whose TPI attains `bound`, or None: the direct
     construction (group_relaxation.chain_plan) if it does, else (given a `formulation`) the chunk MILP with
     those contents fixed, cut off just above the bound."""
-    direct = chain_plan(program, reduced, contents)
-    if direct is not None and evaluate(program, *direct) <= bound * (1 + OPTIMAL_RTOL):
+    direct, value = chain_plan(program, reduced, contents)
+    if value <= bound * (1 + OPTIMAL_RTOL):
         return direct
     if formulation is None:
         return None

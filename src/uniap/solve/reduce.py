@@ -80,7 +80,7 @@ def reduce_program(program: StageProgram, fold: bool) -> Reduced:
             runs.append(Run(first, length, allowed, np.arange(len(allowed)), allowed))
             continue
         cls = _layout_classes(allowed, first, length, ok, R, Rp)
-        keep_mask = _undominated(allowed, cls, [t[first] for t in (A, G, Ms, Ma)])
+        keep_mask = undominated(allowed, cls, [t[first] for t in (A, G, Ms, Ma)])
         keep, cls = allowed[keep_mask], cls[keep_mask]
         reps = np.array([keep[np.flatnonzero(cls == c)[0]] for c in range(cls.max() + 1)], dtype=int) \
             if len(keep) else np.zeros(0, dtype=int)
@@ -127,7 +127,7 @@ def _layout_classes(allowed, first, length, ok, R, Rp) -> np.ndarray:
     return cls
 
 
-def _undominated(allowed, cls, rows) -> np.ndarray:
+def undominated(allowed, cls, rows) -> np.ndarray:
     """Mask of strategies to keep: drop k when some k' of its class is ≤ in every row and (< in one, or equal and
     earlier), so exactly one of a set of identical strategies survives."""
     values = np.stack([row[allowed] for row in rows], axis=1)  # (n, 4)
