@@ -16,7 +16,7 @@ def demo(tmp_path_factory):
     from uniap.profile.demo import run_demo
 
     out = tmp_path_factory.mktemp("demo")
-    result = run_demo(out, nproc=2, steps=3, rounds=1, reps=1, passes=1, warmup=1, micro_batch_sizes=(1, 2),
+    result = run_demo(out, nproc=2, steps=3, rounds=2, reps=1, passes=2, warmup=1, micro_batch_sizes=(1, 2),
                       rep_seconds=0.001, config=MICRO, seq_len=16, global_batch=4, comparisons=2, timeout_s=60)
     return out, result
 
@@ -51,6 +51,9 @@ def test_demo_profile_and_plan_are_consistent(demo):
     doc = load_profile(out / "profile.json")
     assert doc["world_size"] == 2 and doc["model"]["name"] == "micro-gpt" and doc["device"]["backend"] == "gloo"
     assert doc["method"]["reps"] == 1 and doc["torch"]
+    # one pass before planning, one between the two rounds of runs: the profile holds both
+    assert doc["method"]["passes"] == 2 and result["planned_with"] == "the first profile pass"
+    assert isinstance(result["whole_profile_chooses_the_same_plan"], bool)
     assert {rec["kind"] for rec in doc["layers"]} == {"embedding", "block", "head"}
     assert all(rec["fwd_bwd_s"] and min(rec["fwd_bwd_s"]) > 0 for rec in doc["layers"])
     assert all(rec["static_bytes"] > 0 for rec in doc["layers"])
@@ -61,7 +64,8 @@ def test_demo_profile_and_plan_are_consistent(demo):
     assert plan.search and plan.search["candidates"] > 0
     model = build_layers(MICRO, 16)
     cluster = calibrate(local_cluster(2), doc, model=model, workload=Workload(4, 16, "fp32"))
-    # the chosen plan's prediction is the calibrated cost model's, the same number estimate --plan gives
+    # the chosen plan's prediction is the cost model's calibrated with the whole profile, the same number
+    # estimate --plan gives
     chosen = next(r for r in result["rows"] if r["chosen"])
     assert predict_plan(plan, model, cluster)["iteration_time_s"] == pytest.approx(chosen["predicted_s"])
     analytic = predict_plan(plan, model, local_cluster(2))["iteration_time_s"]
@@ -95,5 +99,7 @@ def test_demo_rejects_bad_input_before_spawning(tmp_path):
         run_demo(tmp_path, steps=2)
     with pytest.raises(UniapError, match="--rounds"):
         run_demo(tmp_path, rounds=0)
+    with pytest.raises(UniapError, match="--passes"):
+        run_demo(tmp_path, passes=0)
     with pytest.raises(UniapError, match="cannot read profile"):
         run_demo(tmp_path, profile_path=tmp_path / "missing.json")

@@ -21,9 +21,8 @@ def layer_time(flops: float, s: Strategy, samples: int, *, rate: float, overhead
 
 def synthetic_raw(config: ModelConfig = TINY, seq_len: int = 32, world: int = 4, *, rate: float = 20e9,
                   overhead: float = 2e-3, alpha: float = 1e-4, beta: float = 1e-9, per_slot: float = 0.0,
-                  chain: float = 1.0, all_reduce: float = 1.0, reps: int = 3) -> dict:
-    """`chain`: the whole chain's time over the sum of its layers timed alone; `all_reduce`: ZeRO-0's all-reduces
-    beside the backward over the same all-reduces on an idle machine."""
+                  all_reduce: float = 1.0, reps: int = 3) -> dict:
+    """`all_reduce`: ZeRO-0's all-reduces beside the backward over the same all-reduces on an idle machine."""
     spec = build_layers(config, seq_len)
     layers, collectives, pipeline = [], [], []
     for item in work_items(config, seq_len, world):
@@ -49,8 +48,8 @@ def synthetic_raw(config: ModelConfig = TINY, seq_len: int = 32, world: int = 4,
             pipeline.append({"stages": p, "micro_batches": c, "samples": 2,
                              "step_s": [(per_slot + 1e-4) * (c + p - 1)] * reps, "stand_in_s": 1e-4})
     whole = {"strategy": {"dp": world, "tp": 1, "zero": 0, "recompute": False, "sp": False}, "samples": 2,
-             "chain_s": [chain * 1e-2] * reps, "layers_s": [1e-2] * reps,
-             "synced_s": [chain * 1e-2 + all_reduce * sum(alpha + beta * 4 * layer.params for layer in spec.layers)]
+             "chain_s": [1e-2] * reps,
+             "synced_s": [1e-2 + all_reduce * sum(alpha + beta * 4 * layer.params for layer in spec.layers)]
              * reps}
     return {"layers": layers, "collectives": collectives, "pipeline": pipeline, "chain": whole,
             "seconds": 1.0, "backend": "gloo", "device_name": "synthetic", "torch": "synthetic"}

@@ -46,6 +46,10 @@ def summary_lines(result: dict) -> list[str]:
         lines.append(f"memory (model states + saved activations, per rank): median |error| "
                      f"{result['memory_median_abs_rel_error'] * 100:.1f}%, max "
                      f"{result['memory_max_abs_rel_error'] * 100:.1f}%")
+    if result.get("planned_with") == "the first profile pass":
+        same = result.get("whole_profile_chooses_the_same_plan")
+        lines.append("planned with the first profile pass; predictions use every pass (measured between the "
+                     f"rounds); the whole profile chooses {'the same plan' if same else 'another plan'}")
     t = result["timings_s"]
     lines.append(f"profile {t['profile_s']:.0f} s, plan {t['plan_s']:.0f} s, runs {t['run_s']:.0f} s, total "
                  f"{t['total_s']:.0f} s; figure: {result['figure']}; plan: {result['chosen_plan']}")
@@ -60,7 +64,8 @@ def demo_command(
     rounds: int = typer.Option(3, "--rounds", help="Rounds over all plans (interleaved: a slow spell of a shared "
                                                    "machine touches every plan a little)."),
     reps: int = typer.Option(3, "--reps", help="Timed repetitions per profiled figure and pass."),
-    passes: int = typer.Option(3, "--passes", help="Profiling passes over everything."),
+    passes: int = typer.Option(3, "--passes", help="Profiling passes over everything, spread over the rounds (the "
+                                                   "first before planning)."),
     profile: Optional[str] = typer.Option(None, "--profile", help="Reuse this profile instead of measuring one."),
     time_limit: Optional[float] = typer.Option(60.0, "--time-limit", help="Seconds for the plan search."),
     fmt: Fmt = FMT,

@@ -29,6 +29,7 @@ class CostSource(Protocol):
         """(R, Rp) between every pair of strategies for an activation of `nbytes` (whole micro-batch)."""
 
     def adjust_tables(self, cluster: ClusterSpec, model: ModelSpec, workload: Workload, strategies: list[Strategy],
-                      stages: int, micro_batches: int, schedule: str, A: np.ndarray, R: np.ndarray,
-                      allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray, str]:
-        """What a measured runtime adds to the per-layer figures of one pipeline configuration: (A, R, schedule)."""
+                      stages: int, micro_batches: int, schedule: str, virtual_stages: int, A: np.ndarray,
+                      R: np.ndarray, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray, str]:
+        """What a measured runtime adds to the per-layer figures of one pipeline configuration (P = `stages`,
+        c = `micro_batches`, v = `virtual_stages` chunks per stage): (A, R, schedule)."""

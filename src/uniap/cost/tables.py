@@ -212,7 +212,7 @@ def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, st
     A, G, Ms, Ma, R, Rp, ok = cache[key] if cache is not None else priced
     if cluster.costs is not None:  # what the measured runtime does beyond the per-layer figures
         A, R, schedule = cluster.costs.adjust_tables(cluster, model, workload, strategies, stages, micro_batches,
-                                                     schedule, A, R, ok)
+                                                     schedule, virtual_stages, A, R, ok)
     groups = _group_ids(model.layers)
     return StageProgram(A=A, G=G, Ms=Ms, Ma=Ma, R=R, Rp=Rp, allowed=ok, stages=stages * virtual_stages,
                         micro_batches=micro_batches,

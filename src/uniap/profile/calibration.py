@@ -101,8 +101,10 @@ class MeasuredCosts:
     def pair_tables(self, cluster, nbytes, strategies, stages, stage_link, boundary_link):
         return pair_tables(cluster, nbytes, strategies, stages, stage_link, boundary_link)
 
-    def adjust_tables(self, cluster, model, workload, strategies, stages, micro_batches, schedule, A, R, allowed):
-        return adjust_tables(cluster, model, workload, strategies, stages, micro_batches, schedule, A, R, allowed)
+    def adjust_tables(self, cluster, model, workload, strategies, stages, micro_batches, schedule, virtual_stages,
+                      A, R, allowed):
+        return adjust_tables(cluster, model, workload, strategies, stages, micro_batches, schedule, virtual_stages,
+                             A, R, allowed)
 
 
 def profile_of(cluster: ClusterSpec) -> dict:
@@ -170,9 +172,9 @@ def measured_layer_cost(cluster: ClusterSpec, layer, s: Strategy, micro_batch: i
     A = Line.from_json(rec["fit"])(samples)
     Ma = Line.from_json(rec["act_fit"])(samples)
     G = float(rec["optimizer_s"])
-    if s.dp > 1 and s.zero == 0:  # at the cost the profile measured beside a backward (`chain_scale`)
+    if s.dp > 1 and s.zero == 0:  # at the cost the profile measured beside a backward (`all_reduce_scale`)
         local = layer.params - layer.tp_params + layer.tp_params / s.tp
-        G += idx.comm("all_reduce", 4.0 * local, s.dp, cluster.device.intra) * chain_scale(cluster, "all_reduce_scale")
+        G += idx.comm("all_reduce", 4.0 * local, s.dp, cluster.device.intra) * all_reduce_scale(cluster)
     return float(A), G, float(rec["static_bytes"]), float(Ma)
 
 
@@ -203,11 +205,10 @@ def pair_tables(cluster: ClusterSpec, nbytes: float, strategies: list[Strategy],
 
 
 def adjust_tables(cluster: ClusterSpec, model, workload, strategies: list[Strategy], stages: int, micro_batches: int,
-                  schedule: str, A: np.ndarray, R: np.ndarray, allowed: np.ndarray):
+                  schedule: str, virtual_stages: int, A: np.ndarray, R: np.ndarray, allowed: np.ndarray):
     """What the measured runtime does beyond the sum of its per-layer figures, for one pipeline configuration.
 
-    1. contention and pipeline overhead (`pipeline_scale`) on the per-micro-batch stage tables, and on A the
-       whole chain's slowdown over its layers timed alone (`chain_scale`);
+    1. contention and pipeline overhead (`pipeline_scale`) on the per-micro-batch stage tables;
     2. the runtime runs 1F1B with fewer micro-batches than stages as GPipe (torch's 1F1B needs c >= P), which
        keeps all c micro-batches in flight.
     Returns (A, R, schedule).
@@ -217,23 +218,24 @@ def adjust_tables(cluster: ClusterSpec, model, workload, strategies: list[Strate
     if not known.all():  # layers the profile lacks: their fastest entry in these tables
         table = np.where(allowed, np.asarray(A, dtype=float), np.inf).min(axis=1)
         best = np.where(known, best, table)
-    scale = pipeline_scale(cluster, stages, micro_batches, best[np.isfinite(best)])
+    scale = pipeline_scale(cluster, stages, micro_batches, best[np.isfinite(best)], virtual_stages)
     if schedule == "1f1b" and micro_batches < stages:
         schedule = "gpipe"
-    return A * scale * chain_scale(cluster), R * scale, schedule
+    return A * scale, R * scale, schedule
 
 
-def chain_scale(cluster: ClusterSpec, figure: str = "scale") -> float:
-    """From the profile's whole-chain measurement (1 for profiles without it): "scale", how much slower the
-    layers run once each in turn, as a step runs them, than one layer repeated, as the profile times them;
-    "all_reduce_scale", ZeRO-0's all-reduces beside the backward against the all-reduce fit on an idle machine."""
+def all_reduce_scale(cluster: ClusterSpec) -> float:
+    """From the profile's whole-chain measurement (1 for profiles without it): ZeRO-0's all-reduces beside the
+    backward, as a step runs them, against the all-reduce fit on an idle machine."""
     chain = profile_of(cluster).get("chain") or {}
-    return float(chain.get(figure, 1.0))
+    return float(chain.get("all_reduce_scale", 1.0))
 
 
-def busy_ranks(world: int, stages: int, micro_batches: int) -> float:
-    """Ranks computing at once, on average, in a balanced pipeline: a stage works c of the c + P − 1 slots."""
-    return world * micro_batches / (micro_batches + stages - 1)
+def busy_ranks(world: int, stages: int, micro_batches: int, virtual_stages: int = 1) -> float:
+    """Ranks computing at once, on average, in a balanced pipeline: a stage works c·v of the c·v + P − 1 slots
+    of its schedule (a slot is one chunk of one micro-batch; v = 1 for plain 1F1B and GPipe)."""
+    slots = micro_batches * virtual_stages
+    return world * slots / (slots + stages - 1)
 
 
 def sharing(cluster: ClusterSpec, busy: float) -> float:
@@ -247,19 +249,22 @@ def sharing(cluster: ClusterSpec, busy: float) -> float:
     return max(1.0, busy / float(cores))
 
 
-def concurrency_scale(cluster: ClusterSpec, stages: int, micro_batches: int) -> float:
-    """Factor on per-micro-batch stage times (A, R) for `stages` stages and `micro_batches` micro-batches.
+def concurrency_scale(cluster: ClusterSpec, stages: int, micro_batches: int, virtual_stages: int = 1) -> float:
+    """Factor on per-micro-batch stage times (A, R) for `stages` stages, `micro_batches` micro-batches and
+    `virtual_stages` chunks per stage.
 
     Layer times are measured with every rank busy (N ranks sharing the cores: N/cores times slower than alone
-    on this CPU). In a pipeline a stage computes during c of the c + P − 1 slots of its schedule (fill and
-    drain leave it idle), so on average b = N·c/(c + P − 1) ranks compute at once and slow each other down
-    less: factor sharing(b) / sharing(N). 1 for a single stage and where ranks do not share (GPUs). A
-    balanced pipeline is assumed: a plan with a much lighter stage keeps even fewer ranks busy than this says.
+    on this CPU). In a pipeline a stage computes during c·v of the c·v + P − 1 chunk slots of its schedule
+    (fill and drain leave it idle; interleaving shortens them v-fold), so on average
+    b = N·c·v/(c·v + P − 1) ranks compute at once and slow each other down less: factor
+    sharing(b) / sharing(N). 1 for a single stage and where ranks do not share (GPUs). A balanced pipeline
+    is assumed: a plan with a much lighter stage keeps fewer ranks busy than this says.
     """
     if stages <= 1 or not profile_of(cluster):
         return 1.0
     n = int(profile_of(cluster)["world_size"])
-    return min(1.0, sharing(cluster, busy_ranks(n, stages, micro_batches)) / sharing(cluster, n))
+    busy = busy_ranks(n, stages, micro_batches, virtual_stages)
+    return min(1.0, sharing(cluster, busy) / sharing(cluster, n))
 
 
 def fastest_layer_times(cluster: ClusterSpec, model, workload, stages: int, micro_batches: int) -> np.ndarray:
@@ -281,7 +286,8 @@ def fastest_layer_times(cluster: ClusterSpec, model, workload, stages: int, micr
     return np.array([best.get(idx.sig(layer.signature), np.inf) for layer in model.layers])
 
 
-def pipeline_scale(cluster: ClusterSpec, stages: int, micro_batches: int, fastest: np.ndarray) -> float:
+def pipeline_scale(cluster: ClusterSpec, stages: int, micro_batches: int, fastest: np.ndarray,
+                   virtual_stages: int = 1) -> float:
     """Factor on the per-micro-batch stage tables (A, R) of a pipeline configuration: contention + overhead.
 
     1. contention (`concurrency_scale`): fewer ranks busy in a pipeline than when the layers were measured;
@@ -289,16 +295,18 @@ def pipeline_scale(cluster: ClusterSpec, stages: int, micro_batches: int, fastes
        the ranks sharing cores like any other work) sits on every slot of the schedule — the stages' critical
        path — while the UniAP objective charges stage boundaries only once (Σ o). It is spread over the
        stages' layers in proportion to their time, assuming balanced stages of p̄ = Σ_u fastest[u] / P
-       (`fastest`: each layer's least time per micro-batch, see `fastest_layer_times`).
-    Together: φ + ε·sharing(b)/p̄. 1 for a single stage.
+       (`fastest`: each layer's least time per micro-batch, see `fastest_layer_times`). Interleaved, a slot
+       is one of a stage's v chunks, p̄/v long, and every micro-batch passes v of them: ε weighs v-fold.
+    Together: φ + ε·sharing(b)·v/p̄. 1 for a single stage.
     """
     if stages <= 1 or not profile_of(cluster):
         return 1.0
-    phi = concurrency_scale(cluster, stages, micro_batches)
+    phi = concurrency_scale(cluster, stages, micro_batches, virtual_stages)
     eps = pipeline_slot_cost(cluster, stages)
     if eps <= 0:
         return phi
-    eps *= sharing(cluster, busy_ranks(int(profile_of(cluster)["world_size"]), stages, micro_batches))
+    busy = busy_ranks(int(profile_of(cluster)["world_size"]), stages, micro_batches, virtual_stages)
+    eps *= sharing(cluster, busy) * virtual_stages
     fastest = np.asarray(fastest, dtype=float)
     p_bar = float(fastest.sum()) / stages if fastest.size else 0.0
     return phi + (eps / p_bar if p_bar > 0 else 0.0)

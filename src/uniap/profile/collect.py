@@ -1,6 +1,7 @@
 """`uniap profile`'s driver: spawn the measuring ranks (torchrun), show progress, assemble the profile file.
 
     profile_model(config, seq_len, nproc=4, micro_batch_sizes=(1, 2, 4), reps=5) -> profile dict
+    profiling = Profiling(config, seq_len, nproc=4); profiling.measure(1); profiling.measure(1)  # in two launches
 
 The profile (schema `uniap.profile/1`, see `uniap.profile.schema`) keeps, for every figure, how it was
 measured (warm-up, repetitions, statistic) and the medians it was fitted to.
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from uniap.errors import UniapError
 from uniap.profile import fit
+from uniap.profile.items import merge_measurements
 from uniap.profile.schema import SCHEMA, model_fingerprint, signature_id
 from uniap.runtime.launcher import Nodes, launch
 from uniap.spec.families import build_layers
@@ -36,8 +38,7 @@ def default_nproc() -> int:
     return 4
 
 
-def check_request(config: ModelConfig, seq_len: int, nproc: int, micro_batch_sizes, reps: int, warmup: int,
-                  passes: int = 1) -> None:
+def check_request(config: ModelConfig, seq_len: int, nproc: int, micro_batch_sizes, reps: int, warmup: int) -> None:
     import torch
 
     from uniap.models.decoder import check_supported
@@ -50,30 +51,64 @@ def check_request(config: ModelConfig, seq_len: int, nproc: int, micro_batch_siz
         raise UniapError(f"micro-batch sizes must be positive integers, got {list(micro_batch_sizes)}")
     if len(set(micro_batch_sizes)) < 2:
         raise UniapError("give at least two different micro-batch sizes (a line t = t0 + t1·samples is fitted)")
-    if reps < 1 or warmup < 0 or passes < 1:
-        raise UniapError(f"--reps and --passes must be >= 1 and --warmup >= 0 (got {reps}, {passes}, {warmup})")
+    if reps < 1 or warmup < 0:
+        raise UniapError(f"--reps must be >= 1 and --warmup >= 0 (got {reps}, {warmup})")
     if torch.cuda.is_available() and nproc > torch.cuda.device_count():
         raise UniapError(f"--nproc {nproc} but only {torch.cuda.device_count()} GPUs are visible (one rank per GPU)")
 
 
-def profile_model(config: ModelConfig, seq_len: int, nproc: int | None = None, *, micro_batch_sizes=(1, 2, 4),
-                  reps: int = 5, warmup: int = 2, timeout_s: float = 120.0, max_tp: int | None = None,
-                  collective_sizes: list[int] | None = None, progress=None, seed: int = 0,
-                  rep_seconds: float = 0.05, passes: int = 1) -> dict:
-    """Measure `config` at `seq_len` on `nproc` local ranks; return the profile document.
+class Profiling:
+    """One profile request measured in one or more launches of the ranks, each adding passes to the same
+    figures (their repetitions joined, as passes within a launch are). `uniap demo` interleaves the launches
+    with its training runs, so that the profile and the runs see the same spells of a shared machine."""
 
-    progress(done, total, what) is called from this process while the ranks measure.
-    """
-    nproc = default_nproc() if nproc is None else int(nproc)
-    sizes = sorted({int(m) for m in micro_batch_sizes})
-    check_request(config, seq_len, nproc, sizes, reps, warmup, passes)
-    spec = {"config": config.to_json(), "seq_len": int(seq_len), "micro_batch_sizes": sizes, "reps": int(reps),
-            "warmup": int(warmup), "timeout_s": float(timeout_s), "max_tp": max_tp, "seed": int(seed),
-            "collective_sizes": collective_sizes, "rep_seconds": float(rep_seconds),
-            "passes": int(passes)}
-    started = time.perf_counter()
-    raw = _spawn(spec, nproc, timeout_s, progress)
-    return assemble(raw, config, seq_len, nproc, spec, wall_s=time.perf_counter() - started)
+    def __init__(self, config: ModelConfig, seq_len: int, nproc: int | None = None, *, micro_batch_sizes=(1, 2, 4),
+                 reps: int = 5, warmup: int = 2, timeout_s: float = 120.0, max_tp: int | None = None,
+                 collective_sizes: list[int] | None = None, seed: int = 0, rep_seconds: float = 0.05):
+        self.config, self.seq_len = config, int(seq_len)
+        self.nproc = default_nproc() if nproc is None else int(nproc)
+        sizes = sorted({int(m) for m in micro_batch_sizes})
+        check_request(config, seq_len, self.nproc, sizes, reps, warmup)
+        self.spec = {"config": config.to_json(), "seq_len": self.seq_len, "micro_batch_sizes": sizes,
+                     "reps": int(reps), "warmup": int(warmup), "timeout_s": float(timeout_s), "max_tp": max_tp,
+                     "seed": int(seed), "collective_sizes": collective_sizes, "rep_seconds": float(rep_seconds)}
+        self.raw: dict | None = None  # rank 0's measurements of every launch so far
+        self.passes = 0
+        self.wall_s = 0.0
+
+    def measure(self, passes: int = 1, progress=None) -> dict:
+        """Launch the ranks for `passes` more passes; the profile document of every pass so far.
+
+        progress(done, total, what) is called from this process while the ranks measure."""
+        if passes < 1:
+            raise UniapError(f"--passes must be >= 1, got {passes}")
+        started = time.perf_counter()
+        raw = _spawn({**self.spec, "passes": int(passes)}, self.nproc, self.spec["timeout_s"], progress)
+        self.raw = raw if self.raw is None else merge_raw(self.raw, raw)
+        self.passes += int(passes)
+        self.wall_s += time.perf_counter() - started
+        return assemble(self.raw, self.config, self.seq_len, self.nproc, {**self.spec, "passes": self.passes},
+                        wall_s=self.wall_s)
+
+
+def profile_model(config: ModelConfig, seq_len: int, nproc: int | None = None, *, passes: int = 1, progress=None,
+                  **request) -> dict:
+    """Measure `config` at `seq_len` on `nproc` local ranks in one launch of `passes` passes; return the profile
+    document. `request`: the measuring options of `Profiling`."""
+    return Profiling(config, seq_len, nproc, **request).measure(passes, progress)
+
+
+def merge_raw(old: dict, new: dict) -> dict:
+    """Rank 0's raw measurements of two launches of the same request as one (`items.merge_measurements` per
+    item, in the order both walked them)."""
+    out = dict(new)
+    for key in ("layers", "collectives", "pipeline"):
+        out[key] = [merge_measurements(a, b) for a, b in zip(old[key], new[key])]
+    if old.get("chain") and new.get("chain"):
+        out["chain"] = merge_measurements(old["chain"], new["chain"])
+    out["seconds"] = float(old.get("seconds", 0.0)) + float(new.get("seconds", 0.0))
+    out["passes"] = int(old.get("passes", 1)) + int(new.get("passes", 1))
+    return out
 
 
 def _spawn(spec: dict, nproc: int, timeout_s: float, progress) -> dict:
@@ -135,13 +170,14 @@ def assemble(raw: dict, config: ModelConfig, seq_len: int, world: int, spec: dic
     chain = None
     if raw.get("chain"):
         e = raw["chain"]
-        whole, alone, synced = fit.median(e["chain_s"]), fit.median(e["layers_s"]), fit.median(e["synced_s"])
         fits = {(c["op"], c["n"]): c["fit"] for c in collectives}
         line = fits.get(("all_reduce", world))
         idle = sum(line["a"] + line["b"] * 4.0 * layer.params for layer in spec_model.layers) if line else 0.0
-        chain = {"strategy": e["strategy"], "samples": int(e["samples"]), "chain_s": whole, "layers_s": alone,
-                 "scale": whole / alone if alone > 0 else 1.0, "synced_s": synced, "all_reduce_idle_s": idle,
-                 "all_reduce_scale": max(synced - whole, 0.0) / idle if idle > 0 else 1.0}
+        # repetition by repetition (the two were timed back to back in each): the median difference
+        added = max(fit.median([y - w for w, y in zip(e["chain_s"], e["synced_s"])]), 0.0)
+        chain = {"strategy": e["strategy"], "samples": int(e["samples"]), "chain_s": fit.median(e["chain_s"]),
+                 "synced_s": fit.median(e["synced_s"]), "all_reduce_idle_s": idle,
+                 "all_reduce_scale": added / idle if idle > 0 else 1.0, "repetitions": len(e["chain_s"])}
     cuda = raw.get("backend") == "nccl"
     doc = {
         "schema": SCHEMA,
@@ -173,11 +209,11 @@ def assemble(raw: dict, config: ModelConfig, seq_len: int, world: int, spec: dic
                        "activations: bytes saved for backward per micro-batch (saved-tensor hooks"
                        + (", or the allocator's growth across the forward if larger)" if cuda else ")")),
             "collectives": "all groups of n ranks at once; fit: seconds = a + b·bytes",
-            "chain": "forward + backward of the whole chain at once (every layer dp over all ranks, ZeRO-0 "
-                     "without its all-reduce) against the sum of its layers each timed alone, calls back to "
-                     "back; scale = chain_s / layers_s multiplies every per-layer time. synced_s: the chain "
-                     "with ZeRO-0's once-per-step all-reduces on; all_reduce_scale = (synced_s − chain_s) / the "
-                     "all-reduce fit's time for the same gradients on an idle machine, on every ZeRO-0 all-reduce",
+            "chain": "forward + backward of the whole chain at once, every layer dp over all ranks (ZeRO-0), "
+                     "without its all-reduces and, back to back in every repetition, with them as a step runs "
+                     "them (synced); all_reduce_scale = median over repetitions of (synced − chain) / the "
+                     "all-reduce fit's time for the same gradients on an idle machine, on every ZeRO-0 "
+                     "all-reduce; chain_s and synced_s are their medians",
             "pipeline": "torch.distributed.pipelining 1F1B over P stages, c = 2P micro-batches of the model's "
                         "activation, with a stand-in stage that computes almost nothing: per_slot_s = step / "
                         "(c + P − 1) − the stand-in's forward + backward",

@@ -3,15 +3,16 @@ and a spread of hand-written ones, and compare predicted with measured.
 
     result = run_demo(out_dir="out/demo", nproc=4)
 
-Steps (all on this machine, ~3–5 minutes on 2 CPU cores):
-  1. profile the demo model on `nproc` local ranks (`uniap profile`; gloo on CPU, NCCL on CUDA);
+Steps (all on this machine, ~8 minutes on 2 CPU cores):
+  1. profile the demo model on `nproc` local ranks (`uniap profile`; gloo on CPU, NCCL on CUDA), first pass;
   2. calibrate the local cluster with it and search the best plan (UniAP MIQP over every pipeline configuration);
-  3. cost the chosen plan and ~12 others (uniform DP, ZeRO-3, TP, dp×tp, recompute, pp=2 and pp=4 variants,
-     mixed per-layer plans) with the same calibrated model;
+  3. the chosen plan and ~12 others (uniform DP, ZeRO-3, TP, dp×tp, recompute, pp=2 and pp=4 variants,
+     mixed per-layer plans);
   4. run them all, `rounds` torchrun launches (`runtime.run_many`) of `steps` steps each, median step after
-     each run's first two;
-  5. report per plan predicted and measured iteration time and memory, the median absolute relative error,
-     Kendall τ between predicted and measured order and the chosen plan's regret.
+     each run's first two; the profile's further passes are measured between the rounds;
+  5. cost every plan with the whole profile and report per plan predicted and measured iteration time and
+     memory, the median absolute relative error, Kendall τ between predicted and measured order, the chosen
+     plan's regret and whether the whole profile would have chosen the same plan.
 """
 
 from __future__ import annotations
@@ -188,14 +189,14 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
              comparisons: int | None = None, timeout_s: float = 120.0, progress=None, say=None) -> dict:
     """Profile → plan → run → compare. Returns the result dict (also written to OUT_DIR/demo.json).
 
-    Profile: `passes` passes of `reps` repetitions per figure at `micro_batch_sizes` samples per dp shard (they
+    Profile: `passes` passes (spread over the rounds, `passes_before_rounds`) of `reps` repetitions per figure at `micro_batch_sizes` samples per dp shard (they
     should span the plans' micro-batches: lines are fitted through them). profile_path: reuse an existing profile
     instead of measuring one. comparisons: run only the first N hand-written plans that differ from the chosen
     one. progress(done, total, what) reports the profiling; say(text) the stages.
     """
     from uniap.planner import plan_search
     from uniap.profile.calibration import calibrate
-    from uniap.profile.collect import default_nproc, profile_model
+    from uniap.profile.collect import Profiling, default_nproc
     from uniap.profile.schema import load_profile
     from uniap.runtime.job import TrainingJob
     from uniap.runtime.launch import run_many
@@ -223,21 +224,26 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
     timings = {}
 
     t0 = time.perf_counter()
-    if profile_path is None:
-        say(f"profiling {config.name} on {nproc} local ranks")
-        doc = profile_model(config, seq_len, nproc, micro_batch_sizes=micro_batch_sizes, reps=reps, warmup=warmup,
-                            passes=passes, rep_seconds=rep_seconds, timeout_s=timeout_s, progress=progress)
+    profiling = None
+    if profile_path is None:  # measured in launches between the rounds of runs (`passes_before_rounds`)
+        profiling = Profiling(config, seq_len, nproc, micro_batch_sizes=micro_batch_sizes, reps=reps, warmup=warmup,
+                              rep_seconds=rep_seconds, timeout_s=timeout_s)
+        chunks = passes_before_rounds(passes, rounds)
         profile_path = out / "profile.json"
-        Path(profile_path).write_text(json.dumps(doc, indent=1) + "\n")
+        doc = _profile_more(profiling, chunks[0], passes, profile_path, say, progress)
     else:
+        chunks = [0] * rounds
         doc = load_profile(profile_path)
     timings["profile_s"] = time.perf_counter() - t0
     calibrated = calibrate(cluster, doc, model=model, workload=workload)
 
     t0 = time.perf_counter()
-    say("planning with the calibrated cost model")
-    chosen = plan_search(model, calibrated, workload, schedule="1f1b", solver=solver, time_limit=time_limit,
-                         workers=1)
+    say("planning with the calibrated cost model" + (" (first profile pass)" if profiling else ""))
+
+    def search(cluster):
+        return plan_search(model, cluster, workload, schedule="1f1b", solver=solver, time_limit=time_limit, workers=1)
+
+    chosen = search(calibrated)
     timings["plan_s"] = time.perf_counter() - t0
     chosen.save(out / "plan.json")
 
@@ -254,21 +260,35 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
         plans[name] = plan
     plan_dir = out / "plans"
     plan_dir.mkdir(exist_ok=True)
-    paths = []
-    for i, (name, plan) in enumerate(plans.items()):
+    paths = [str(plan_dir / f"{i:02d}.json") for i in range(len(plans))]
+    for plan, path in zip(plans.values(), paths):
         plan.predicted = predict_plan(plan, model, calibrated)
-        path = plan_dir / f"{i:02d}.json"
         plan.save(path)
-        paths.append(str(path))
     # Rounds: every plan runs `steps` steps, then every plan again, ... — a slow spell of the machine then
     # touches every plan a little instead of a few plans a lot. One launch per round: the runtime keeps every
     # job's process groups alive until its launch ends, and later jobs of a long launch run a few % slower.
-    t0 = time.perf_counter()
+    # The profile's later passes run between the rounds, so that profile and runs sample the same stretch of
+    # a shared machine (its speed drifts by 10-20 % over minutes, DESIGN's measured facts).
     say(f"running {len(paths)} plans × {steps} steps, {rounds} round(s) of one launch each")
     results = []
-    for _ in range(rounds):
+    run_s = 0.0
+    for r in range(rounds):
+        if r > 0 and chunks[r]:
+            t0 = time.perf_counter()
+            doc = _profile_more(profiling, chunks[r], passes, profile_path, say, progress)
+            timings["profile_s"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
         results += run_many([TrainingJob(path, steps=steps) for path in paths], nproc=nproc, timeout_s=timeout_s)
-    timings["run_s"] = time.perf_counter() - t0
+        run_s += time.perf_counter() - t0
+    timings["run_s"] = run_s
+    same_choice = True
+    if profiling is not None:  # predict every plan with the whole profile; would it have chosen the same?
+        calibrated = calibrate(cluster, doc, model=model, workload=workload)
+        for plan, path in zip(plans.values(), paths):
+            plan.predicted = predict_plan(plan, model, calibrated)
+            plan.save(path)
+        same_choice = _assignment_key(search(calibrated)) == _assignment_key(chosen)
+    chosen.save(out / "plan.json")
 
     reserve = calibrated.device.reserve_bytes
     rows = []
@@ -302,12 +322,32 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
                      f"steps (a step's time is the slowest rank's)",
         "profile": str(profile_path), "chosen_plan": str(out / "plan.json"),
         "search": chosen.search, "timings_s": timings,
+        "planned_with": "the first profile pass" if profiling is not None else "the given profile",
+        "whole_profile_chooses_the_same_plan": same_choice,
     })
     png = out / "predicted_vs_measured.png"
     draw(result, png)
     result["figure"] = str(png)
     (out / "demo.json").write_text(json.dumps(result, indent=1) + "\n")
     return result
+
+
+def passes_before_rounds(passes: int, rounds: int) -> list[int]:
+    """Profile passes to measure before each round of runs: as even as possible, at least one before the first
+    (the plan search needs a profile), e.g. 3 passes, 3 rounds -> [1, 1, 1]; 2, 3 -> [1, 1, 0]; 5, 2 -> [3, 2]."""
+    if passes < 1 or rounds < 1:
+        raise UniapError(f"--passes and --rounds must be >= 1 (got {passes}, {rounds})")
+    return [passes // rounds + (1 if r < passes % rounds else 0) for r in range(rounds)]
+
+
+def _profile_more(profiling, passes: int, total: int, path: Path, say, progress) -> dict:
+    """`passes` more profile passes; the profile of all so far, also written to `path` (kept if a run fails)."""
+    done = profiling.passes
+    which = f"pass {done + 1}" if passes == 1 else f"passes {done + 1}-{done + passes}"
+    say(f"profiling {profiling.config.name} on {profiling.nproc} local ranks ({which} of {total})")
+    doc = profiling.measure(passes, progress)
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
 
 
 def _assignment_key(plan) -> tuple:

@@ -16,8 +16,8 @@ the model (embed, block, head: one per LayerSpec signature) with the runtime's o
              (`runtime.measure.ActivationMeter`; on CUDA also the allocator's growth across the forward).
   optimizer  the optimizer step of the layer's local parameters (SGD momentum, the runtime's default).
 
-Then the whole chain in one forward + backward against its layers one at a time (what running each layer once
-in turn costs beyond its repeated calls), and α–β of all-reduce, all-gather, reduce-scatter (each group size > 1, all groups at once) and
+Then the whole chain in one forward + backward without and with ZeRO-0's all-reduces (what they cost beside
+the backward, as a step runs them), and α–β of all-reduce, all-gather, reduce-scatter (each group size > 1, all groups at once) and
 point-to-point (rank r ↔ r + N/2, all pairs at once) at a few message sizes.
 
 ZeRO-1 runs as ZeRO-2 in the runtime (FSDP2 has no separate mode), so it is not measured twice: the
@@ -38,13 +38,18 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
 from uniap.models.decoder import build_layer, check_supported, lm_loss
-from uniap.profile.items import LayerType, work_items
+from uniap.profile.items import LayerType, merge_measurements, work_items
 from uniap.spec.families import build_layers
 from uniap.runtime.measure import ActivationMeter, static_bytes
 from uniap.runtime.parallelize import apply_strategy
 from uniap.runtime.train import make_optimizer
 from uniap.spec.model import ModelConfig
 from uniap.strategies import Strategy
+
+
+CHAIN_REPS_PER_REP = 3
+"""The chain's repetitions per `reps`: its figure prices every ZeRO-0 all-reduce, and a repetition costs well
+under a second (demo model: ~0.4 s for the chain without and with its all-reduces)."""
 
 
 class Clock:
@@ -202,23 +207,27 @@ class Harness:
         return {"rows": rows, "optimizer_s": opt, "static_bytes": int(static)}
 
     def _repeated(self, call) -> list[float]:
-        """Seconds per call of `call`, per repetition (slowest rank): warm-up calls, then `reps` repetitions of
-        `inner` calls back to back, each started from a world barrier."""
+        """Seconds per call of `call`, per repetition (slowest rank): `_warm`, then `reps` repetitions."""
+        inner = self._warm(call)
+        return self._max([self._timed(call, inner) for _ in range(self.reps)])
+
+    def _warm(self, call) -> int:
+        """Warm-up calls of `call`; the calls per repetition that make one last about `rep_seconds`."""
         warm = []
         for _ in range(max(self.warmup, 1)):
             dist.barrier()
             with self.clock.region(warm):
                 call()
-        inner = self._inner(self.clock.read(warm)[-1])
-        times = []
-        for _ in range(self.reps):
-            marks = []
-            dist.barrier()
-            with self.clock.region(marks):
-                for _ in range(inner):
-                    call()
-            times.append(self.clock.read(marks)[0] / inner)
-        return self._max(times)
+        return self._inner(self.clock.read(warm)[-1])
+
+    def _timed(self, call, inner: int) -> float:
+        """Seconds per call of one repetition on this rank: `inner` calls back to back after a world barrier."""
+        marks = []
+        dist.barrier()
+        with self.clock.region(marks):
+            for _ in range(inner):
+                call()
+        return self.clock.read(marks)[0] / inner
 
     def _inner(self, seconds: float) -> int:
         """Calls per repetition so that one lasts about `rep_seconds` (the same count on every rank)."""
@@ -285,11 +294,10 @@ class Harness:
 
     # -- the whole chain -------------------------------------------------------------------------------
     def measure_chain(self) -> dict:
-        """Forward + backward of the whole chain in one pass, every layer dp over all ranks (ZeRO-0, its
-        all-reduce off), against the same layers timed one at a time as `measure_layer` times them (a layer's
-        calls back to back). A training step runs each layer once in turn, so its weights and activations are
-        no longer the ones in cache, and that costs time the per-layer figures do not hold. Then the chain
-        again with ZeRO-0's all-reduces on, as a step runs them: beside the backward of the layers before."""
+        """Forward + backward of the whole chain, every layer dp over all ranks (ZeRO-0), without its
+        all-reduces and with them, as a step runs them: each layer's beside the backward of the layers before
+        it. The two are timed back to back in every repetition, so a slow spell of the machine touches both
+        and their difference (what calibration uses) keeps."""
         s = Strategy(dp=self.world, tp=1, zero=0, recompute=False)
         n_layers = len(build_layers(self.config, self.seq_len).layers)
         chain = []
@@ -302,11 +310,9 @@ class Harness:
             chain.append(layer)
         samples = self.sizes[len(self.sizes) // 2]
         gen = torch.Generator(device="cpu").manual_seed(self.seed * 7919 + samples)
-        t, h, v = self.seq_len, self.config.hidden, self.config.vocab
-        tokens = torch.randint(0, v, (samples, t), generator=gen).to(self.device)
-        targets = torch.randint(0, v, (samples, t), generator=gen).to(self.device)
-        hidden = torch.randn((samples, t, h), generator=gen).to(self.device).requires_grad_(True)
-        grad = torch.randn((samples, t, h), generator=gen).to(self.device)
+        tokens = torch.randint(0, self.config.vocab, (samples, self.seq_len), generator=gen).to(self.device)
+        targets = torch.randint(0, self.config.vocab, (samples, self.seq_len), generator=gen).to(self.device)
+        syncs = [layer.gradient_sync for layer in chain if getattr(layer, "gradient_sync", None) is not None]
 
         def whole() -> None:
             out = tokens
@@ -314,27 +320,22 @@ class Harness:
                 out = layer(out)
             lm_loss(chain[-1](out), targets, targets.numel()).backward()
 
-        def one(u: int):
-            layer = chain[u]
-            if u == 0:
-                return lambda: layer(tokens).backward(grad)
-            if u == n_layers - 1:
-                return lambda: lm_loss(layer(hidden), targets, targets.numel()).backward()
-            return lambda: layer(hidden).backward(grad)
+        def synced() -> None:  # one step of one micro-batch: every layer all-reduces as its backward ends
+            for sync in syncs:
+                sync.set_backwards_per_step(1)
+                sync.enabled = True
+            whole()
+            for sync in syncs:
+                sync.enabled = False
 
-        whole_s = self._repeated(whole)
-        syncs = [layer.gradient_sync for layer in chain if getattr(layer, "gradient_sync", None) is not None]
-        for sync in syncs:  # each call a step of one micro-batch: every layer all-reduces as its backward ends
-            sync.set_backwards_per_step(1)
-            sync.enabled = True
-        synced_s = self._repeated(whole) if syncs else whole_s
-        for sync in syncs:
-            sync.enabled = False
-        alone = [self._repeated(one(u)) for u in range(n_layers)]
+        calls = [whole, synced]
+        inner = [self._warm(call) for call in calls]
+        pairs = [self._timed(call, n) for _ in range(CHAIN_REPS_PER_REP * self.reps) for call, n in zip(calls, inner)]
+        got = self._max(pairs)
         for layer in chain:
             layer.zero_grad(set_to_none=True)
-        return {"strategy": s.to_json(), "samples": samples, "chain_s": whole_s, "synced_s": synced_s,
-                "layers_s": [sum(rep) for rep in zip(*alone)]}
+        return {"strategy": s.to_json(), "samples": samples, "chain_s": got[0::2],
+                "synced_s": got[1::2] if syncs else got[0::2]}
 
     # -- collectives -------------------------------------------------------------------------------------
     def measure_collective(self, op: str, n: int) -> dict:
@@ -389,7 +390,7 @@ def run_profile(spec: dict, rank: int, world: int, device: torch.device, progres
                 new = h.measure_chain()
             else:
                 new = h.measure_collective(item[1], item[2])
-            got[i] = new if got[i] is None else _merge(got[i], new)
+            got[i] = new if got[i] is None else merge_measurements(got[i], new)
     if progress is not None and rank == 0:
         progress(total, total, "done")
     if rank != 0:
@@ -411,29 +412,6 @@ def run_profile(spec: dict, rank: int, world: int, device: torch.device, progres
             "passes": passes, "threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
 
 
-def _merge(old: dict, new: dict) -> dict:
-    """Repetitions of two passes together (maxima for memory)."""
-    if "chain_s" in old:  # the whole chain
-        return {**old, **{key: list(old[key]) + list(new[key]) for key in ("chain_s", "synced_s", "layers_s")}}
-    if "step_s" in old:  # pipeline
-        return {**old, "step_s": list(old["step_s"]) + list(new["step_s"]),
-                "stand_in_s": min(old["stand_in_s"], new["stand_in_s"])}
-    rows = []
-    for a, b in zip(old["rows"], new["rows"]):
-        row = dict(a)
-        for key, value in b.items():
-            if key.endswith("_s") or key == "times_s":
-                row[key] = list(a[key]) + list(value)
-            elif key in ("act_bytes", "inner"):
-                row[key] = max(a[key], value)
-        rows.append(row)
-    out = {**old, "rows": rows}
-    if "optimizer_s" in old:
-        out["optimizer_s"] = list(old["optimizer_s"]) + list(new["optimizer_s"])
-        out["static_bytes"] = max(old["static_bytes"], new["static_bytes"])
-    return out
-
-
 def _describe(item: tuple) -> str:
     if item[0] == "layer":
         _, d, lt, s = item
@@ -441,6 +419,6 @@ def _describe(item: tuple) -> str:
     if item[0] == "pipeline":
         return f"pipeline machinery over {item[1]} stages"
     if item[0] == "chain":
-        return "the whole chain against its layers one at a time"
+        return "the whole chain without and with ZeRO-0's all-reduces"
     _, op, n = item
     return f"{op} over {n} ranks"

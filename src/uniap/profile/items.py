@@ -74,3 +74,26 @@ def work_items(config: ModelConfig, seq_len: int, world: int, max_tp: int | None
     if world > 1:
         items.append(("collective", "p2p", 2))
     return items
+
+
+def merge_measurements(old: dict, new: dict) -> dict:
+    """One item's measurements of two passes together: their repetitions joined, maxima for memory."""
+    if "chain_s" in old:  # the whole chain
+        return {**old, **{key: list(old[key]) + list(new[key]) for key in ("chain_s", "synced_s")}}
+    if "step_s" in old:  # pipeline
+        return {**old, "step_s": list(old["step_s"]) + list(new["step_s"]),
+                "stand_in_s": min(old["stand_in_s"], new["stand_in_s"])}
+    rows = []
+    for a, b in zip(old["rows"], new["rows"]):
+        row = dict(a)
+        for key, value in b.items():
+            if key.endswith("_s") or key == "times_s":
+                row[key] = list(a[key]) + list(value)
+            elif key in ("act_bytes", "inner"):
+                row[key] = max(a[key], value)
+        rows.append(row)
+    out = {**old, "rows": rows}
+    if "optimizer_s" in old:
+        out["optimizer_s"] = list(old["optimizer_s"]) + list(new["optimizer_s"])
+        out["static_bytes"] = max(old["static_bytes"], new["static_bytes"])
+    return out
