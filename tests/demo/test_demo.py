@@ -54,6 +54,9 @@ def test_demo_profile_and_plan_are_consistent(demo):
     # one pass before planning, one between the two rounds of runs: the profile holds both
     assert doc["method"]["passes"] == 2 and result["planned_with"] == "the first profile pass"
     assert isinstance(result["whole_profile_chooses_the_same_plan"], bool)
+    from uniap.profile.harness import CHAIN_REPS_PER_REP
+
+    assert doc["chain"]["repetitions"] == CHAIN_REPS_PER_REP * 1 * 2  # reps 1, two passes, paired per repetition
     assert {rec["kind"] for rec in doc["layers"]} == {"embedding", "block", "head"}
     assert all(rec["fwd_bwd_s"] and min(rec["fwd_bwd_s"]) > 0 for rec in doc["layers"])
     assert all(rec["static_bytes"] > 0 for rec in doc["layers"])

@@ -159,9 +159,9 @@ def test_the_all_reduce_figure_is_taken_repetition_by_repetition():
     from uniap.profile.collect import assemble
 
     raw = synthetic_raw(TINY, SEQ, 4)
-    # a slow spell doubled repetition 1: the all-reduces added 0.5 s to every repetition, 1.0 s to that one
-    # (difference of medians: 2.7 − 1.0 = 1.7 s)
-    raw["chain"].update(chain_s=[1.0, 2.0, 0.9], synced_s=[1.5, 3.0, 1.4])
+    # the all-reduces added 0.5 s to two repetitions and 2.0 s to the one a slow spell hit (difference of
+    # medians: 3.5 − 2.0 = 1.5 s)
+    raw["chain"].update(chain_s=[1.0, 2.0, 3.0], synced_s=[1.5, 4.0, 3.5])
     doc = assemble(raw, TINY, SEQ, 4, {"micro_batch_sizes": SIZES, "warmup": 1, "reps": 3, "passes": 1})
     chain = doc["chain"]
     assert chain["repetitions"] == 3
@@ -227,6 +227,14 @@ def test_pipeline_scale_models_shared_cores_and_pipeline_overhead():
     assert pipeline_scale(overhead, 1, 4, fastest) == 1.0
     # interleaved, v = 3: every micro-batch passes 3 slots of 10 ms per stage, ε on each
     assert pipeline_scale(overhead, 2, 4, fastest, 3) == pytest.approx(1 + 3 * 0.005 / 0.03)
+
+
+def test_interleaving_reaches_the_measured_adjustment():
+    # 4 ranks on 2 cores, P = 2, c = 4: 3.2 ranks busy under 1F1B, 4·8/9 = 3.56 with v = 2 (8 chunk slots of 9)
+    shared = calibrate(load_cluster("cpu:1x4"), synthetic_profile(TINY, SEQ, 4, cores=2))
+    plain = build_program(MODEL, shared, FP32, 2, 4, [Strategy(2, 1)])
+    interleaved = build_program(MODEL, shared, FP32, 2, 4, [Strategy(2, 1)], "interleaved-1f1b", 2)
+    assert np.allclose(interleaved.A, plain.A * ((32 / 9) / 3.2))
 
 
 def test_a_plan_costs_the_same_whatever_strategies_the_tables_hold(path):

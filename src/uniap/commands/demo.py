@@ -46,10 +46,13 @@ def summary_lines(result: dict) -> list[str]:
         lines.append(f"memory (model states + saved activations, per rank): median |error| "
                      f"{result['memory_median_abs_rel_error'] * 100:.1f}%, max "
                      f"{result['memory_max_abs_rel_error'] * 100:.1f}%")
-    if result.get("planned_with") == "the first profile pass":
-        same = result.get("whole_profile_chooses_the_same_plan")
-        lines.append("planned with the first profile pass; predictions use every pass (measured between the "
-                     f"rounds); the whole profile chooses {'the same plan' if same else 'another plan'}")
+    same = result.get("whole_profile_chooses_the_same_plan")
+    if same is not None:
+        lines.append(f"planned with {result['planned_with']}; predictions use every pass (the later ones measured "
+                     "between the rounds); the whole profile chooses "
+                     + ("the same plan" if same else f"another: {result['whole_profile_plan']}"))
+    if result.get("profile_error"):
+        lines.append(f"profiling stopped early: {result['profile_error']}")
     t = result["timings_s"]
     lines.append(f"profile {t['profile_s']:.0f} s, plan {t['plan_s']:.0f} s, runs {t['run_s']:.0f} s, total "
                  f"{t['total_s']:.0f} s; figure: {result['figure']}; plan: {result['chosen_plan']}")
@@ -80,8 +83,7 @@ def demo_command(
     def say(text: str) -> None:
         if err.is_terminal:
             err.print(f"[dim]uniap demo:[/dim] {text}")
-            if not text.startswith("profiling"):
-                update(None, None, text, stage=text.split()[0])
+            update(None, None, text, stage=text.split()[0])
 
     with bar:
         result = run_demo(out_dir, nproc=nproc, steps=steps, rounds=rounds, reps=reps, passes=passes,

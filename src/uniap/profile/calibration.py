@@ -21,7 +21,8 @@ figures fitted to it (FLOP rate, per-layer overhead, one α–β link). `cost.ta
   stage boundary (Rp)   every rank sends its local block of the activation to the same position of the next
                         stage and receives the gradient back (runtime.pipeline): 2 × measured p2p, plus the
                         re-layout into the next stage's first layer.
-  per configuration     (`adjust_tables`, for each pipeline degree P and micro-batch count c) what a real step
+  per configuration     (`adjust_tables`, for each pipeline degree P, micro-batch count c and v chunks per
+                        stage) what a real step
                         adds to the per-layer figures: on shared CPU cores, less contention when a pipeline keeps fewer ranks busy
                         than the profile did; the pipeline machinery's per-slot cost; GPipe for 1F1B with c < P.
 

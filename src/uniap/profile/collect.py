@@ -103,11 +103,13 @@ def merge_raw(old: dict, new: dict) -> dict:
     item, in the order both walked them)."""
     out = dict(new)
     for key in ("layers", "collectives", "pipeline"):
+        if len(old[key]) != len(new[key]):
+            raise UniapError(f"profile launches measured different {key} ({len(old[key])} and {len(new[key])} "
+                             "items): were they asked the same?")
         out[key] = [merge_measurements(a, b) for a, b in zip(old[key], new[key])]
     if old.get("chain") and new.get("chain"):
         out["chain"] = merge_measurements(old["chain"], new["chain"])
     out["seconds"] = float(old.get("seconds", 0.0)) + float(new.get("seconds", 0.0))
-    out["passes"] = int(old.get("passes", 1)) + int(new.get("passes", 1))
     return out
 
 

@@ -212,6 +212,7 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
         raise UniapError(f"--steps must be > {WARMUP_STEPS} (the first {WARMUP_STEPS} are a warm-up)")
     if rounds < 1:
         raise UniapError("--rounds must be >= 1")
+    chunks = passes_before_rounds(passes, rounds) if profile_path is None else [0] * rounds
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -228,20 +229,19 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
     if profile_path is None:  # measured in launches between the rounds of runs (`passes_before_rounds`)
         profiling = Profiling(config, seq_len, nproc, micro_batch_sizes=micro_batch_sizes, reps=reps, warmup=warmup,
                               rep_seconds=rep_seconds, timeout_s=timeout_s)
-        chunks = passes_before_rounds(passes, rounds)
         profile_path = out / "profile.json"
         doc = _profile_more(profiling, chunks[0], passes, profile_path, say, progress)
     else:
-        chunks = [0] * rounds
         doc = load_profile(profile_path)
+    planned_with = _passes_named(chunks[0]) if profiling is not None else "the given profile"
     timings["profile_s"] = time.perf_counter() - t0
     calibrated = calibrate(cluster, doc, model=model, workload=workload)
 
     t0 = time.perf_counter()
-    say("planning with the calibrated cost model" + (" (first profile pass)" if profiling else ""))
+    say(f"planning with the calibrated cost model ({planned_with})")
 
-    def search(cluster):
-        return plan_search(model, cluster, workload, schedule="1f1b", solver=solver, time_limit=time_limit, workers=1)
+    def search(costed):
+        return plan_search(model, costed, workload, schedule="1f1b", solver=solver, time_limit=time_limit, workers=1)
 
     chosen = search(calibrated)
     timings["plan_s"] = time.perf_counter() - t0
@@ -272,22 +272,30 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
     say(f"running {len(paths)} plans × {steps} steps, {rounds} round(s) of one launch each")
     results = []
     run_s = 0.0
+    profile_error = None
     for r in range(rounds):
-        if r > 0 and chunks[r]:
+        if r > 0 and chunks[r] and profile_error is None:
             t0 = time.perf_counter()
-            doc = _profile_more(profiling, chunks[r], passes, profile_path, say, progress)
+            try:
+                doc = _profile_more(profiling, chunks[r], passes, profile_path, say, progress)
+            except UniapError as exc:  # keep the rounds run so far: predict with the passes measured
+                profile_error = str(exc)
+                say(f"profiling stopped ({exc}); predicting with the passes measured so far")
             timings["profile_s"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         results += run_many([TrainingJob(path, steps=steps) for path in paths], nproc=nproc, timeout_s=timeout_s)
         run_s += time.perf_counter() - t0
     timings["run_s"] = run_s
-    same_choice = True
-    if profiling is not None:  # predict every plan with the whole profile; would it have chosen the same?
+    whole_choice = None  # what a search with the whole profile picks, when it holds more than the plan saw
+    if profiling is not None and profiling.passes > chunks[0]:
+        t0 = time.perf_counter()
+        say(f"predicting with the whole profile ({profiling.passes} passes) and searching with it again")
         calibrated = calibrate(cluster, doc, model=model, workload=workload)
         for plan, path in zip(plans.values(), paths):
             plan.predicted = predict_plan(plan, model, calibrated)
             plan.save(path)
-        same_choice = _assignment_key(search(calibrated)) == _assignment_key(chosen)
+        whole_choice = search(calibrated)
+        timings["plan_s"] += time.perf_counter() - t0
     chosen.save(out / "plan.json")
 
     reserve = calibrated.device.reserve_bytes
@@ -322,8 +330,10 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
                      f"steps (a step's time is the slowest rank's)",
         "profile": str(profile_path), "chosen_plan": str(out / "plan.json"),
         "search": chosen.search, "timings_s": timings,
-        "planned_with": "the first profile pass" if profiling is not None else "the given profile",
-        "whole_profile_chooses_the_same_plan": same_choice,
+        "planned_with": planned_with, "profile_error": profile_error,
+        "whole_profile_chooses_the_same_plan": (None if whole_choice is None
+                                                else _assignment_key(whole_choice) == _assignment_key(chosen)),
+        "whole_profile_plan": None if whole_choice is None else describe(whole_choice),
     })
     png = out / "predicted_vs_measured.png"
     draw(result, png)
@@ -338,6 +348,10 @@ def passes_before_rounds(passes: int, rounds: int) -> list[int]:
     if passes < 1 or rounds < 1:
         raise UniapError(f"--passes and --rounds must be >= 1 (got {passes}, {rounds})")
     return [passes // rounds + (1 if r < passes % rounds else 0) for r in range(rounds)]
+
+
+def _passes_named(n: int) -> str:
+    return "the first profile pass" if n == 1 else f"the first {n} profile passes"
 
 
 def _profile_more(profiling, passes: int, total: int, path: Path, say, progress) -> dict:

@@ -297,7 +297,7 @@ class Harness:
         """Forward + backward of the whole chain, every layer dp over all ranks (ZeRO-0), without its
         all-reduces and with them, as a step runs them: each layer's beside the backward of the layers before
         it. The two are timed back to back in every repetition, so a slow spell of the machine touches both
-        and their difference (what calibration uses) keeps."""
+        and their difference, what calibration uses, survives it."""
         s = Strategy(dp=self.world, tp=1, zero=0, recompute=False)
         n_layers = len(build_layers(self.config, self.seq_len).layers)
         chain = []

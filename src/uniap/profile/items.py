@@ -65,8 +65,8 @@ def work_items(config: ModelConfig, seq_len: int, world: int, max_tp: int | None
         for lt in types:
             for s in measured_strategies(d, lt.kind, config, max_tp):
                 items.append(("layer", d, lt, s))
-    items.append(("chain",))
-    if world > 1:
+    if world > 1:  # the chain prices ZeRO-0's all-reduce beside the backward: nothing to reduce on one rank
+        items.append(("chain",))
         items += [("pipeline", p) for p in sorted(divisors(world)) if p > 1]
     for n in sorted(divisors(world)):
         if n > 1:
