@@ -261,9 +261,13 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
     plan_dir = out / "plans"
     plan_dir.mkdir(exist_ok=True)
     paths = [str(plan_dir / f"{i:02d}.json") for i in range(len(plans))]
-    for plan, path in zip(plans.values(), paths):
-        plan.predicted = predict_plan(plan, model, calibrated)
-        plan.save(path)
+
+    def predict_all(costed) -> None:  # what the runs compare with, also in each plan file
+        for plan, path in zip(plans.values(), paths):
+            plan.predicted = predict_plan(plan, model, costed)
+            plan.save(path)
+
+    predict_all(calibrated)
     # Rounds: every plan runs `steps` steps, then every plan again, ... — a slow spell of the machine then
     # touches every plan a little instead of a few plans a lot. One launch per round: the runtime keeps every
     # job's process groups alive until its launch ends, and later jobs of a long launch run a few % slower.
@@ -291,9 +295,7 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
         t0 = time.perf_counter()
         say(f"predicting with the whole profile ({profiling.passes} passes) and searching with it again")
         calibrated = calibrate(cluster, doc, model=model, workload=workload)
-        for plan, path in zip(plans.values(), paths):
-            plan.predicted = predict_plan(plan, model, calibrated)
-            plan.save(path)
+        predict_all(calibrated)
         whole_choice = search(calibrated)
         timings["plan_s"] += time.perf_counter() - t0
     chosen.save(out / "plan.json")

@@ -248,12 +248,11 @@ def _chain(program: StageProgram, reduced: Reduced, counts: list[np.ndarray], mo
         cuts = set(changes[:v - 1]) if at_changes else set()
         tail = len(labels) - 1
         while len(cuts) < v - 1:  # more chunks than changes: single layers off the end
-            cuts.add(tail) if tail not in cuts else None
+            cuts.add(tail)
             tail -= 1
         edges = [0, *sorted(cuts), len(labels)]
         pieces.append([labels[a:b] for a, b in zip(edges[:-1], edges[1:])])
-    chain = [(j, label) for k in range(v) for d in range(P) for label in pieces[d][k]
-             for j in [k * P + d]]
+    chain = [(k * P + d, label) for k in range(v) for d in range(P) for label in pieces[d][k]]
     run_at = np.repeat(np.arange(len(runs)), [run.length for run in runs])
     if len(chain) != L or any(label[0] != run_at[u] for u, (_, label) in enumerate(chain)):
         return None  # the groups' runs do not line up along the chain this way
