@@ -1,7 +1,6 @@
 """Plan reports: the timeline simulation, and the rendered HTML/PNG."""
 
 import base64
-import io
 from xml.etree import ElementTree
 import json
 import re
@@ -10,7 +9,6 @@ import numpy as np
 import pytest
 import typer
 from matplotlib.image import imread
-from matplotlib.patches import Rectangle
 from typer.testing import CliRunner
 
 from uniap.commands.report import report_command
@@ -66,19 +64,24 @@ def plan():
                             micro_batches=4, recompute=True)
 
 
+def _drawn(ax, colour) -> int:
+    """Rectangles drawn in `colour` on a timeline axes (each colour is one compound path of rectangles)."""
+    from matplotlib.colors import to_rgb
+
+    return sum(len(p.get_path().to_polygons()) for p in ax.patches
+               if np.allclose(p.get_facecolor()[:3], to_rgb(colour)) and not p.get_hatch())
+
+
 def test_timeline_panel_draws_P_rows_and_every_box(plan):
     fig = recost(plan)
     assert fig.tpi == pytest.approx(plan.predicted["iteration_time_s"], rel=1e-12)
     assert fig.p == pytest.approx(plan.predicted["stage_time_s"])
     boxes = timeline_boxes(plan, fig)
     f = figures.new_figure(8, 3)
-    ax = f.add_subplot(1, 1, 1)
-    figures.draw_timeline(ax, boxes, 2, "1f1b", 4, fig.tpi)
+    ax, = figures.draw_timeline(f, f.add_gridspec(1, 1)[0, 0], boxes, 2, "1f1b", 4, fig.tpi)
     assert [t.get_text() for t in ax.get_yticklabels()] == ["stage 0", "stage 1"]
-    colours = [r.get_facecolor()[:3] for r in ax.patches if isinstance(r, Rectangle)]
-    rgb = lambda hexcolour: tuple(int(hexcolour[i:i + 2], 16) / 255 for i in (1, 3, 5))  # noqa: E731
     for kind in ("forward", "backward"):
-        assert sum(np.allclose(c, rgb(figures.COLORS[kind])) for c in colours) == 2 * 4
+        assert _drawn(ax, figures.COLORS[kind]) == 2 * 4
 
 
 def _images(text):
@@ -104,7 +107,7 @@ def test_render_report_with_a_run(plan, tmp_path):
            "peak_memory_bytes": [3e9, 3.1e9, 4e9, 4.2e9]}  # per rank: the worst rank of each stage is shown
     out = render_report(plan, tmp_path / "r.html", run=run)
     text = out.read_text()
-    assert "measured time/µbatch" in text and "measured peak memory" in text and "4.20 GB" in text
+    assert "measured, per micro-batch" in text and "measured peak memory" in text and "4.20 GB" in text
     assert "measured / predicted" in text
     # a run's stage time adds up the step's micro-batches: shown per micro-batch next to the prediction
     c = plan.pipeline["micro_batches"]

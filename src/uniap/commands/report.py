@@ -1,4 +1,5 @@
-"""`uniap report PLAN [--run run.json] --out report.html [--png report.png]`: a static HTML report of a plan.
+"""`uniap report PLAN [--run run.json] [--against OTHER] --out report.html [--png report.png]`: a static HTML report
+of a plan.
 
 Registered by the CLI as `app.command("report")(report_command)`.
 """
@@ -22,6 +23,8 @@ def load_run(path: str | Path) -> dict:
 def report_command(
     plan_path: str = typer.Argument(..., metavar="PLAN", help="Plan file (uniap plan / estimate --format json)."),
     run_path: Optional[str] = typer.Option(None, "--run", help="A run's result JSON: measured beside predicted."),
+    against: Optional[str] = typer.Option(None, "--against", metavar="OTHER",
+                                          help="Another plan file: its summary side by side with this one's."),
     out: str = typer.Option("report.html", "--out", "-o", help="HTML file to write."),
     png: Optional[str] = typer.Option(None, "--png", help="Also write all panels as one PNG."),
 ) -> None:
@@ -30,6 +33,7 @@ def report_command(
     from uniap.report import render_report
 
     plan = Plan.load(plan_path)
+    other = Plan.load(against) if against else None
     run = load_run(run_path) if run_path else None
-    path = render_report(plan, Path(out), run=run, png=Path(png) if png else None)
+    path = render_report(plan, Path(out), run=run, png=Path(png) if png else None, against=other)
     Console().print(f"report written to {path}" + (f" and {png}" if png else ""))
