@@ -27,7 +27,8 @@ SENDS = ("send", "send-grad")
 SEND_PIXELS = 1000  # a send is drawn at least this share of its stretch wide (about a pixel on a screen)
 COLLAPSE_ABOVE = 1200  # forward and backward boxes above which the timeline's steady state is not drawn
 LABEL_AT_MOST = 300  # forward and backward boxes in a window above which they carry no micro-batch number
-EDGES_AT_MOST = 1500  # boxes in a window above which they are drawn without white edges (thin ones wash out)
+EDGES_AT_MOST = 1500  # boxes in a window above which they lose their white edges (thin ones wash out), touching
+# ones of a colour are joined and they are embedded in the SVG as an image (the text stays text)
 WINDOW_GAP = 0.9  # inches between the fill and the drain of a collapsed timeline (room for the x label and a title)
 LIGHTEST = 0.6  # a stage's last chunk is its colour mixed this far towards white, its first the colour itself
 
@@ -129,7 +130,8 @@ def draw_timeline(fig: Figure, slot, boxes: list[Box], stages: int, schedule: st
 
 def _draw_window(ax, boxes: list[Box], stages: int, virtual_stages: int, lo: float, hi: float,
                  scale: float) -> None:
-    """The boxes of one stretch [lo, hi] of the timeline on `ax`: one compound path per colour (a small SVG)."""
+    """The boxes of one stretch [lo, hi] of the timeline on `ax`: one compound path per colour (a small SVG),
+    rasterized above `EDGES_AT_MOST` boxes."""
     work = [b for b in boxes if b.kind in WORK]
     edge = "white" if len(boxes) <= EDGES_AT_MOST else "none"
     for i in range(stages):  # idle wherever nothing is drawn on top

@@ -77,9 +77,9 @@ def recost(plan: Plan, cluster: ClusterSpec | str | None = None) -> Figures:
         if clus.devices != plan.world_size:
             raise UniapError(f"cluster {clus.name} has {clus.devices} devices, the plan {plan.world_size}")
         program, stage_of, strategy_of = cost_plan(plan, model, clus)
+        times = stage_times(program, stage_of, strategy_of)
     except UniapError as exc:
         return _from_plan_file(plan, exc)
-    times = stage_times(program, stage_of, strategy_of)
     # model states alone: the same program holding no activations
     states = stage_times(replace(program, inflight=np.zeros_like(program.inflight)), stage_of, strategy_of).memory
     reserve = float(clus.device.reserve_bytes)
@@ -274,8 +274,8 @@ def mismatch(fig: Figures, boxes: list[Box]) -> str | None:
     simulated, ratio = compared
     return (f"The simulated timeline takes {_fmt_time(simulated)}, {ratio:.3f}× the predicted iteration time of "
             f"{_fmt_time(fig.tpi)} ({_percent(ratio - 1)}; the two agree within ±{MISMATCH * 100:.0f} % when chunks "
-            "and stages are balanced). The predicted time is the cost model's formula, which the planner "
-            "optimised; the simulation runs each stage's operations in the schedule's order. Treat the predicted "
+            "and stages are balanced). The predicted time is the cost model's formula, the one the planner "
+            "optimises; the simulation runs each stage's operations in the schedule's order. Treat the predicted "
             "time and the figures derived from it (throughput, MFU) with that margin.")
 
 
