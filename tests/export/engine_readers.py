@@ -4,12 +4,13 @@ config code declares (types, choices, its validation rules), giving the plan set
 
 import argparse
 import json
+import math
 import shlex
 import tomllib
 
 from uniap.errors import UniapError
 from uniap.export import megatron, torchtitan
-from uniap.export.capability import EngineJob
+from uniap.export.capability import EngineJob, Rope
 
 
 def settings_of(job: EngineJob) -> dict:
@@ -33,11 +34,12 @@ def _megatron_parser() -> argparse.ArgumentParser:
                  "--num-layers-per-virtual-pipeline-stage", "--micro-batch-size", "--global-batch-size",
                  "--recompute-num-layers"):
         p.add_argument(flag, type=int, default=1 if flag.endswith("-model-parallel-size") else None)
+    p.add_argument("--rotary-base", type=int, default=10000)
     for flag in ("--attention-dropout", "--hidden-dropout", "--rotary-percent"):
         p.add_argument(flag, type=float, default=1.0 if flag == "--rotary-percent" else 0.1)
     for flag in ("--group-query-attention", "--swiglu", "--disable-bias-linear", "--add-qkv-bias", "--qk-layernorm",
                  "--untie-embeddings-and-output-weights", "--sequence-parallel", "--use-distributed-optimizer",
-                 "--bf16", "--fp16"):
+                 "--bf16", "--fp16", "--use-rope-scaling"):
         p.add_argument(flag, action="store_true")
     p.add_argument("--normalization", choices=("LayerNorm", "RMSNorm"), default="LayerNorm")
     p.add_argument("--position-embedding-type", choices=("learned_absolute", "rope", "mrope", "relative", "none"),
@@ -67,8 +69,21 @@ def megatron_arguments(text: str) -> tuple[int, argparse.Namespace]:
     return world, args
 
 
+def megatron_environment(text: str) -> dict[str, str]:
+    """The variables a launch script exports before torchrun (`export NAME=VALUE` lines)."""
+    words = shlex.split(text.replace("\\\n", " "), comments=True)
+    launch = words.index("torchrun") if "torchrun" in words else len(words)
+    return dict(w.split("=", 1) for i, w in enumerate(words[:launch]) if i and words[i - 1] == "export")
+
+
+def megatron_rope(args: argparse.Namespace) -> Rope:
+    """RoPE as Megatron-LM's GPT model builds it from the flags (RotaryEmbedding(rotary_base, rope_scaling))."""
+    return Rope(args.rotary_base, args.use_rope_scaling)
+
+
 def read_megatron(text: str) -> dict:
-    """The settings a launch script carries (`settings_of`), checked as Megatron-LM's validate_args does."""
+    """The settings a launch script carries (`settings_of`), checked as Megatron-LM's validate_args does (on a
+    GPU before Blackwell, where tensor parallelism asserts CUDA_DEVICE_MAX_CONNECTIONS=1)."""
     world, args = megatron_arguments(text)
     needed = (("--num-layers", args.num_layers), ("--micro-batch-size", args.micro_batch_size),
               ("--global-batch-size", args.global_batch_size))
@@ -81,6 +96,9 @@ def read_megatron(text: str) -> dict:
     dp = world // (tp * pp)
     if args.global_batch_size % (args.micro_batch_size * dp):
         raise UniapError("Megatron-LM flags: global batch is not a multiple of micro-batch size × data-parallel size")
+    if tp > 1 and megatron_environment(text).get("CUDA_DEVICE_MAX_CONNECTIONS") != "1":
+        raise UniapError("Megatron-LM: using tensor model parallelism or context parallelism require setting the "
+                         "environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1")
     if args.sequence_parallel and tp == 1:
         raise UniapError("Megatron-LM flags: --sequence-parallel without tensor parallelism is switched off")
     if args.recompute_granularity == "selective" and args.recompute_method:
@@ -136,6 +154,101 @@ TORCHTITAN_CHOICES = {("training", "mixed_precision_param"): ("bfloat16", "float
            ("activation_checkpoint", "mode"): ("selective", "full", "memory_budget", "none")}
 """The Literal fields' values in 0.2.2."""
 
+TORCHTITAN_MODULES = {"0.2.2": ("tok_embeddings", "layers", "norm", "output"),
+                      "0.3.0": ("tok_embeddings", "layers", "norm", "lm_head")}
+"""The children of torchtitan's llama3 and qwen3 models by release (0.2.2 `Transformer` and `Qwen3Model`, 0.3.0 their
+`Decoder`); `layers` is a ModuleDict keyed "0", "1", ..."""
+
+TORCHTITAN_FLAVORS = {
+    ("llama3", "8B"): dict(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, ffn_dim_multiplier=1.3, multiple_of=1024),
+    ("llama3", "70B"): dict(dim=8192, n_layers=80, n_heads=64, n_kv_heads=8, ffn_dim_multiplier=1.3, multiple_of=4096),
+    ("llama3", "405B"): dict(dim=16384, n_layers=126, n_heads=128, n_kv_heads=8, ffn_dim_multiplier=1.2,
+                             multiple_of=4096),
+    ("qwen3", "0.6B"): dict(dim=1024, n_layers=28, n_heads=16, hidden_dim=3072, enable_weight_tying=True),
+    ("qwen3", "1.7B"): dict(dim=2048, n_layers=28, n_heads=16, hidden_dim=6144, enable_weight_tying=True),
+    ("qwen3", "4B"): dict(dim=2560, n_layers=36, n_heads=32, hidden_dim=9728, enable_weight_tying=True),
+    ("qwen3", "8B"): dict(dim=4096, n_layers=36, n_heads=32, hidden_dim=12288),
+    ("qwen3", "14B"): dict(dim=5120, n_layers=40, n_heads=40, hidden_dim=17408),
+    ("qwen3", "32B"): dict(dim=5120, n_layers=64, n_heads=64, hidden_dim=25600),
+}
+"""The dense flavors' arguments as 0.2.2's `llama3_args` and `qwen3_args` give them (0.3.0's `llama3_configs` and
+`qwen3_configs` build the same figures); the rest are their defaults (`TORCHTITAN_DEFAULTS`)."""
+
+TORCHTITAN_DEFAULTS = {"llama3": dict(vocab_size=128256, rope_theta=500000, n_kv_heads=None, ffn_dim_multiplier=None,
+                                      multiple_of=256, enable_weight_tying=False),
+                       "qwen3": dict(vocab_size=151936, rope_theta=1000000, n_kv_heads=8, head_dim=128,
+                                     enable_weight_tying=False)}
+"""Every llama3 flavor sets rope_theta 500000 (TransformerModelArgs' default is 10000); Qwen3ModelArgs' defaults."""
+
+TORCHTITAN_RECIPES = {"llama3_8b": ("llama3", "8B"), "llama3_70b": ("llama3", "70B"),
+                      "llama3_405b": ("llama3", "405B"), "qwen3_0_6b": ("qwen3", "0.6B"),
+                      "qwen3_1_7b": ("qwen3", "1.7B"), "qwen3_14b": ("qwen3", "14B"), "qwen3_32b": ("qwen3", "32B")}
+"""0.3.0's config registry entries for those flavors (`model_registry(FLAVOR)` in each)."""
+
+
+def torchtitan_built(model: str, flavor: str) -> dict:
+    """What torchtitan builds for a flavor, in ModelConfig terms, and its RoPE. llama3's FeedForward widens
+    4·dim to multiple_of · ceil(ffn_dim_multiplier · int(2 · 4·dim / 3) / multiple_of), its head_dim is
+    dim // n_heads, and its RoPE always applies Llama 3.1's scaling (0.2.2 `precompute_freqs_cis` with the
+    default RoPEScalingArgs, 0.3.0 `ComplexRoPE(scaling="llama")`); qwen3 gives hidden_dim and head_dim and
+    does not scale."""
+    args = {**TORCHTITAN_DEFAULTS[model], **TORCHTITAN_FLAVORS[model, flavor]}
+    if model == "llama3":
+        ffn = int(2 * 4 * args["dim"] / 3)
+        if args["ffn_dim_multiplier"] is not None:
+            ffn = int(args["ffn_dim_multiplier"] * ffn)
+        ffn = args["multiple_of"] * math.ceil(ffn / args["multiple_of"])
+        head_dim, scaling = args["dim"] // args["n_heads"], True
+    else:
+        ffn, head_dim, scaling = args["hidden_dim"], args["head_dim"], False
+    return {"layers": args["n_layers"], "hidden": args["dim"], "heads": args["n_heads"],
+            "kv_heads": args["n_kv_heads"] or args["n_heads"], "ffn": ffn, "vocab": args["vocab_size"],
+            "head_dim": head_dim, "tied": args["enable_weight_tying"], "rope": Rope(args["rope_theta"], scaling)}
+
+
+def torchtitan_split(parts: list[list[str]], release: str) -> tuple[int, ...]:
+    """Blocks per model part as torchtitan's `_split_module` keeps them, after what a pipeline needs of the names:
+    `_split_module` drops a name that is no child of the release's model without a word, so a stage meant to hold
+    the output layer under the other release's name has none (0.3.0's trainer then asserts "Last PP stage must
+    have lm_head"). Every block once and in order, the embedding first, norm and output layer last."""
+    embedding, layers, norm, head = TORCHTITAN_MODULES[release]
+    names = [name for part in parts for name in part]
+    strangers = [n for n in names if n not in (embedding, norm, head) and not (n.startswith(f"{layers}.") and
+                                                                             n.split(".", 1)[1].isdigit())]
+    if strangers:
+        raise UniapError(f"torchtitan {release}: {', '.join(strangers)} name no module of its model")
+    blocks = [int(n.split(".", 1)[1]) for n in names if n.startswith(f"{layers}.")]
+    if blocks != list(range(len(blocks))):
+        raise UniapError(f"torchtitan {release}: the parts hold blocks {blocks}, not each block once in order")
+    if embedding not in parts[0] or names.count(embedding) != 1:
+        raise UniapError(f"torchtitan {release}: {embedding} must be on the first part only")
+    if not {norm, head} <= set(parts[-1]) or names.count(norm) + names.count(head) != 2:
+        raise UniapError(f"torchtitan {release}: the last part must hold {norm} and {head}")
+    return tuple(sum(n.startswith(f"{layers}.") for n in part) for part in parts)
+
+
+def torchtitan_0_3_command(text: str) -> tuple[str, str, list[str]]:
+    """The module, the config registry entry and the overrides of the header's torchtitan 0.3.0 command line."""
+    line = next((line for line in text.splitlines() if line.startswith("#   torchtitan 0.3.0:")), None)
+    if line is None:
+        raise UniapError("torchtitan config: no torchtitan 0.3.0 command line in the header")
+    words = shlex.split(line.split(":", 1)[1])
+    try:
+        module, recipe = words[words.index("--module") + 1], words[words.index("--config") + 1]
+    except (ValueError, IndexError):
+        raise UniapError("torchtitan 0.3.0 command line: --module and --config missing") from None
+    return module, recipe, words[words.index("--config") + 2:]
+
+
+def torchtitan_0_3_parts(overrides: list[str]) -> list[list[str]]:
+    """`--parallelism.module_fqns_per_model_part` of 0.3.0 overrides: one comma-separated word per model part."""
+    key = "--parallelism.module_fqns_per_model_part"
+    if key not in overrides:
+        raise UniapError(f"torchtitan 0.3.0 command line: {key} missing")
+    start = overrides.index(key) + 1
+    words = overrides[start:]
+    end = next((i for i, w in enumerate(words) if w.startswith("--") or ":" in w), len(words))
+    return [word.split(",") for word in words[:end]]
 
 
 def read_torchtitan(text: str) -> dict:
@@ -173,7 +286,7 @@ def read_torchtitan(text: str) -> dict:
                 "micro_batch_size": micro_size,
                 "precision": precisions[training["mixed_precision_param"]],
                 "schedule": schedule if pp > 1 else None, "virtual_stages": len(parts) // pp,
-                "chunk_blocks": tuple(sum(name.startswith("layers.") for name in part) for part in parts)}
+                "chunk_blocks": torchtitan_split(parts, "0.2.2")}
     except (KeyError, ZeroDivisionError) as exc:
         raise UniapError(f"torchtitan config lacks or mis-sets {exc}") from None
 

@@ -114,11 +114,28 @@ def test_megatron_maps_head_qk_norm_and_partial_rotary():
     assert args.qk_layernorm and args.rotary_percent == 0.25
 
 
-def test_other_decoder_families_are_named_by_the_engine(tmp_path):
+def test_families_are_the_engines_own(tmp_path):
     qwen3 = plan_of(config_file(tmp_path, "qwen3", **{**TINY_LLAMA, "model_type": "qwen3", "head_dim": 32}))
-    for engine in ENGINES:
-        with pytest.raises(UniapError, match=f"^{engine} cannot run this plan: it has no qwen3 model here"):
-            export_plan(qwen3, engine)
+    refused(qwen3, "megatron", "it has no qwen3 model here (families gpt2, llama)")
+    assert "[model]\nname = \"qwen3\"" in export_plan(qwen3, "torchtitan")  # 0.2.2 and 0.3.0 ship models/qwen3
+    mistral = plan_of(config_file(tmp_path, "mistral", **{**TINY_LLAMA, "model_type": "mistral",
+                                                           "num_key_value_heads": 4}))
+    refused(mistral, "torchtitan", "it has no mistral model here (families llama, qwen3)")
+    for plan in (qwen3, mistral):  # DeepSpeed trains the user's own model code, whatever its family
+        assert json.loads(export_plan(plan, "deepspeed"))["zero_optimization"] == {"stage": 0}
+
+
+def test_torchtitan_qwen3_is_its_qwen3(tmp_path):
+    fields = {**TINY_LLAMA, "model_type": "qwen3", "head_dim": 32}
+    no_qk_norm = replace(load_model(config_file(tmp_path, "qwen3", **fields)).config, qk_norm="")
+    refused(plan_of(no_qk_norm), "torchtitan", "its qwen3 has RMSNorm before attention and MLP and q/k norms over "
+                                                 "head_dim")
+    refused(plan_of(config_file(tmp_path, "biased", **fields, attention_bias=True)), "torchtitan",
+            "its qwen3 has no biases")
+    tied = config_file(tmp_path, "tied", **fields, tie_word_embeddings=True)
+    assert "flavor" in export_plan(plan_of(tied), "torchtitan")  # qwen3 ties (enable_weight_tying) ...
+    piped = uniform_plan(tied, strategy=S(4, 1, 3), chunk_blocks=(2, 2))
+    refused(piped, "torchtitan", "its qwen3 does not pipeline a tied output layer")  # ... but not under a pipeline
 
 
 def test_plan_engine_refuses_the_model_up_front(tmp_path, cli):

@@ -1,16 +1,22 @@
-"""The exported files read by the engines' own config code, where it installs (a test-only extra, checked with
-torchtitan 0.2.2 and 0.3.0 (one at a time: the tests pick by version) and DeepSpeed 0.19.8 in a private venv);
-skipped when they are missing. test_export.py checks the same files against our schemas always."""
+"""The exported files read by the engines' own config code, and the models they build from them, where the
+engines install (a test-only extra, checked with torchtitan 0.2.2 and 0.3.0 (one at a time: the tests pick by
+version) and DeepSpeed 0.19.8 in a private venv); skipped when they are missing. test_export.py and
+test_engine_builds.py check the same files against our readers of the engines always."""
 
+import importlib
+import json
 import shlex
 
 import pytest
 
 from uniap.export import export_plan
-from uniap.export.capability import job_of
+from uniap.export.capability import Rope, job_of
+from uniap.export.torchtitan import MODELS, flavor_of
 from uniap.strategies import Strategy as S
 
+from engine_readers import TORCHTITAN_MODULES, torchtitan_0_3_command, torchtitan_built
 from export_plans import uniform_plan
+from test_engine_builds import model_source
 
 
 def torchtitan_manager(line: str):
@@ -52,9 +58,75 @@ def test_torchtitan_0_3_config_manager_reads_the_header_command_line():
     assert (par.tensor_parallel_degree, par.pipeline_parallel_degree, par.data_parallel_shard_degree) == (2, 2, 2)
     assert par.fsdp_reshard_after_forward == "never" and par.pipeline_parallel_schedule == "Interleaved1F1B"
     assert par.module_fqns_per_model_part == [["tok_embeddings", "layers.0"], ["layers.1"], ["layers.2"],
-                                              ["layers.3", "norm", "output"]]
+                                              ["layers.3", "norm", "lm_head"]]
     assert (config.training.local_batch_size, config.training.global_batch_size) == (16, 32)
     assert type(config.activation_checkpoint).__qualname__ == "FullAC.Config"
+
+
+BUILT = [  # model (zoo name or a config.json of test_engine_builds), strategy, blocks per chunk, schedule, v
+    ("llama3-8b", S(2, 1, 3), (4,) * 8, "interleaved-1f1b", 2),
+    ("qwen3-0.6b", S(8, 1, 3), (28,), "1f1b", 1),
+    ("qwen3-8b", S(4, 1, 3), (18, 18), "1f1b", 1),
+]
+
+
+def built_plan(tmp_path, model, strategy, chunks, schedule, v):
+    return uniform_plan(model_source(tmp_path, model), strategy=strategy, chunk_blocks=chunks, micro_batches=8,
+                        global_batch=64, schedule=schedule, virtual_stages=v)
+
+
+def assert_builds(plan, model, flavor, rope, release):
+    """torchtitan's model of the export: the modules the release names, the plan's parameters, the flavor's RoPE."""
+    assert tuple(name for name, _ in model.named_children()) == TORCHTITAN_MODULES[release]
+    assert sum(p.numel() for p in model.parameters()) == plan.model["parameters"]
+    assert rope == torchtitan_built(MODELS[plan.model_config().family].name, flavor)["rope"]
+
+
+@pytest.mark.parametrize("model_name,strategy,chunks,schedule,v", BUILT)
+def test_torchtitan_0_2_builds_the_exported_model(tmp_path, model_name, strategy, chunks, schedule, v):
+    manager = torchtitan_manager("0.2")
+    import torch
+    from torchtitan.protocols.train_spec import get_train_spec
+
+    plan = built_plan(tmp_path, model_name, strategy, chunks, schedule, v)
+    path = tmp_path / "job.toml"
+    path.write_text(export_plan(plan, "torchtitan"))
+    config = manager.ConfigManager().parse_args(["--job.config_file", str(path)])
+    spec = get_train_spec(config.model.name)
+    if len(chunks) > 1 and config.model.name == "qwen3":
+        assert spec.pipelining_fn is None  # what the header says: run it with 0.3.0
+    args = spec.model_args[config.model.flavor]
+    with torch.device("meta"):
+        model = spec.model_cls(args)
+    llama = config.model.name == "llama3"  # llama3's precompute_freqs_cis always scales as Llama 3.1 does
+    assert_builds(plan, model, config.model.flavor, Rope(args.rope_theta, llama), "0.2.2")
+    for part, count in zip(config.parallelism.module_fqns_per_model_part, chunks):
+        for name in part:
+            model.get_submodule(name)  # what pipeline_module_split keeps of the stage: every name a module
+        assert sum(name.startswith("layers.") for name in part) == count
+
+
+@pytest.mark.parametrize("model_name,strategy,chunks,schedule,v", BUILT)
+def test_torchtitan_0_3_builds_the_exported_model(tmp_path, model_name, strategy, chunks, schedule, v):
+    manager = torchtitan_manager("0.3")
+    import torch
+    from torchtitan.distributed.pipeline_parallel import _split_module
+
+    plan = built_plan(tmp_path, model_name, strategy, chunks, schedule, v)
+    module, recipe, overrides = torchtitan_0_3_command(export_plan(plan, "torchtitan"))
+    given = {"qwen3": "qwen3_14b"}[module] if recipe == "RECIPE" else recipe  # RECIPE: any entry, its model ours
+    config = manager.ConfigManager().parse_args(["--module", module, "--config", given, *overrides])
+    spec = config.model_spec if recipe != "RECIPE" else \
+        importlib.import_module(f"torchtitan.models.{module}").model_registry(flavor_of(plan.model_config()).name)
+    with torch.device("meta"):
+        model = spec.model.build()
+    rope = spec.model.layers[0].attention.rope
+    assert_builds(plan, model, spec.flavor, Rope(rope.theta, rope.scaling == "llama"), "0.3.0")
+    parts = config.parallelism.module_fqns_per_model_part
+    stages = [_split_module(model, part) for part in parts]  # as pipeline_module_split builds each stage
+    assert [len(stage.layers) for stage in stages] == list(chunks)
+    assert stages[0].tok_embeddings is not None and stages[-1].lm_head is not None and stages[-1].norm is not None
+    assert all(stage.lm_head is None for stage in stages[:-1])
 
 
 class DataParallel:
@@ -67,16 +139,17 @@ class DataParallel:
         return self.size
 
 
-@pytest.mark.parametrize("strategy,chunks,precision", [(S(8, 1, 3, True), (4,), "bf16"),
-                                                     (S(4, 1, 1, True), (2, 2), "bf16"),
-                                                     (S(2, 1, 0), (1, 1, 1, 1), "fp16")])
-def test_deepspeed_config_parser_reads_the_json(strategy, chunks, precision, monkeypatch):
+@pytest.mark.parametrize("model,strategy,chunks,precision", [("tiny-llama", S(8, 1, 3, True), (4,), "bf16"),
+                                                           ("tiny-llama", S(4, 1, 1, True), (2, 2), "bf16"),
+                                                           ("tiny-llama", S(2, 1, 0), (1, 1, 1, 1), "fp16"),
+                                                           ("qwen3-0.6b", S(4, 1, 1), (14, 14), "bf16")])  # any family
+def test_deepspeed_config_parser_reads_the_json(tmp_path, model, strategy, chunks, precision, monkeypatch):
     config_mod = pytest.importorskip("deepspeed.runtime.config")
     monkeypatch.setattr(config_mod.dist, "get_rank", lambda: 0)  # no process group here; the mpu gives the size
     utils = pytest.importorskip("deepspeed.runtime.utils")
-    import json
 
-    plan = uniform_plan(strategy=strategy, chunk_blocks=chunks, micro_batches=4, precision=precision)
+    plan = uniform_plan(model_source(tmp_path, model), strategy=strategy, chunk_blocks=chunks, micro_batches=4,
+                        precision=precision)
     job = job_of(plan)
     text = export_plan(plan, "deepspeed")
     config = config_mod.DeepSpeedConfig(json.loads(text), mpu=DataParallel(job.dp))

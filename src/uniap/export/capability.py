@@ -4,7 +4,8 @@ Engines configure a job with one strategy for all transformer blocks (tensor, da
 level, recomputation on or off) and a way to split the blocks into stages. `job_of` reduces a plan to that
 (`EngineJob`) or refuses it in one line naming the first layer that differs; `EngineRules.why_not` says what
 a given engine cannot run of it, its model architecture included. Both `uniap export` and the engine-restricted
-search (`uniap plan --engine`) read these rules, so a plan the search returns is one the export accepts.
+search (`uniap plan --engine`) read these rules, so a plan the search returns is one the export accepts, save for
+`EngineRules.pipeline_why_not` (a model the engine cannot pipeline), which the search does not read.
 
 Rank order: our stages are consecutive rank ranges with tp innermost, which is Megatron-LM's default order
 (tp, dp, pp from fastest to slowest), torchtitan's device mesh ["pp", "dp_replicate", "dp_shard", "tp"] and
@@ -19,6 +20,7 @@ from typing import Callable
 from uniap.errors import UniapError
 from uniap.plan import Plan
 from uniap.spec.model import ModelConfig
+from uniap.spec.zoo import ZOO
 from uniap.strategies import Strategy
 
 ANY_SPLIT = "any"
@@ -131,8 +133,8 @@ class EngineRules:
 
     name: str
     """The engine's name on the command line."""
-    families: tuple[str, ...]
-    """Model families the engine has an implementation of."""
+    families: tuple[str, ...] | None
+    """Model families the engine has an implementation of (None: any, the model being the user's code)."""
     precisions: tuple[str, ...]
     """Training precisions it offers."""
     zero_stages: tuple[int, ...]
@@ -153,6 +155,9 @@ class EngineRules:
     architecture_why_not: Callable[[ModelConfig], str | None]
     """What of a model of one of `families` the engine's model code lacks (None: it builds that model as
     planned), so that an export never trains a model other than the one the plan priced."""
+    pipeline_why_not: Callable[[ModelConfig], str | None] | None = None
+    """What of a model the engine cannot pipeline (pp > 1), where that differs from the model alone. The
+    engine-restricted search does not see it: an export refuses such a plan."""
 
     def why_not(self, job: EngineJob) -> str | None:
         """The first thing of `job` this engine cannot run, or None."""
@@ -161,11 +166,15 @@ class EngineRules:
             return why
         if job.pp > 1 and job.schedule not in self.pipeline_schedules:
             return f"it has no {job.schedule} pipeline schedule ({', '.join(self.pipeline_schedules)})"
+        if job.pp > 1 and self.pipeline_why_not:
+            why = self.pipeline_why_not(job.config)
+            if why:
+                return why
         return self.split_why_not(job.chunk_blocks, job.pp)
 
     def why_not_model(self, config: ModelConfig, precision: str) -> str | None:
         """Why the engine cannot train this model in this precision (None if it can)."""
-        if config.family not in self.families:
+        if self.families is not None and config.family not in self.families:
             return f"it has no {config.family} model here (families {', '.join(self.families)})"
         if precision not in self.precisions:
             return f"it does not train in {precision} ({', '.join(self.precisions)})"
@@ -208,8 +217,35 @@ class EngineRules:
         return None
 
 
+@dataclass(frozen=True)
+class Rope:
+    """Rotary positions as a model was trained with them."""
+
+    base: int
+    """The frequency base (Hugging Face `rope_theta`)."""
+    llama3_scaling: bool
+    """Llama 3.1's frequency scaling (`rope_scaling` of type llama3: factor 8, low/high frequency factors 1 and 4,
+    original length 8192), which both Megatron-LM's `--use-rope-scaling` and torchtitan's llama3 apply."""
+
+
+PUBLISHED_ROPE = {"llama3-8b": Rope(500000, False), "llama3-70b": Rope(500000, False),
+                  "llama3-405b": Rope(500000, True)}
+"""The zoo's models whose RoPE is not the 10000 default (HF meta-llama/Meta-Llama-3-8B, -70B: rope_theta 500000;
+Llama-3.1-405B: 500000 with rope_scaling of type llama3). The zoo's other RoPE models (Llama 2, the tiny ones)
+rotate with base 10000."""
+
+
+def rope_of(job: EngineJob) -> Rope | None:
+    """The RoPE of a job's model, or None where the plan does not say: a ModelConfig records no rope_theta, so
+    only a zoo model (name and architecture both the zoo's) is known. Llama 3 and 3.1 have the same
+    architecture, so the figures cannot tell them apart."""
+    if ZOO.get(job.model) != job.config:
+        return None
+    return PUBLISHED_ROPE.get(job.model, Rope(10000, False))
+
+
 def block_layout_why_not(config: ModelConfig) -> str | None:
-    """The block layouts neither Megatron-LM's GPT model nor torchtitan's llama3 builds (or we do not export):
+    """The block layouts neither Megatron-LM's GPT model nor torchtitan's llama3 and qwen3 build (or we do not export):
     parallel residuals, post or sandwich norms, sliding windows and soft-capping."""
     if config.parallel_residual:
         return "its blocks have no parallel residual (attention and MLP reading the same input)"

@@ -13,7 +13,8 @@ test_engine_parsers.py). What it can express:
   records them, and its `activation_checkpoint_interval` (1: every layer) recomputes;
 - without a pipeline, recomputation is the model's own (`deepspeed.checkpointing`, configured by the
   `activation_checkpointing` section written when the plan recomputes);
-- bf16, fp16 (mixed precision with fp32 master weights) or fp32.
+- bf16, fp16 (mixed precision with fp32 master weights) or fp32;
+- any model family: the model is the user's own code (`architecture_why_not`).
 The batch rule is DeepSpeed's: train_batch_size = train_micro_batch_size_per_gpu × gradient_accumulation_steps ×
 data-parallel size.
 """
@@ -31,7 +32,7 @@ def architecture_why_not(config: ModelConfig) -> str | None:
     return None
 
 
-RULES = EngineRules(name="deepspeed", families=("gpt2", "llama"), precisions=("bf16", "fp16", "fp32"),
+RULES = EngineRules(name="deepspeed", families=None, precisions=("bf16", "fp16", "fp32"),
                     zero_stages=(0, 1, 2, 3), pipeline_zero_stages=(0, 1), tensor_parallel=False,
                     sequence_parallel_always=False, replicate_alone=False, pipeline_schedules=("1f1b",), split=EVEN,
                     architecture_why_not=architecture_why_not)

@@ -13,12 +13,16 @@ does:
 - the embedding is on the first stage and the output layer on the last, besides their transformer layers;
 - ZeRO-1 is `--use-distributed-optimizer`; ZeRO-2/3 would be Megatron-FSDP (`--use-megatron-fsdp`), not exported;
 - pipelines run 1F1B or interleaved 1F1B (no GPipe); `--sequence-parallel` needs tp > 1;
-- recomputing every block is `--recompute-granularity full --recompute-method uniform --recompute-num-layers 1`.
+- recomputing every block is `--recompute-granularity full --recompute-method uniform --recompute-num-layers 1`;
+- RoPE rotates with `--rotary-base` (an int, default 10000) and Llama 3.1's scaling with `--use-rope-scaling`
+  (factor `--rope-scaling-factor`, default 8);
+- with tp > 1 `validate_args` asserts CUDA_DEVICE_MAX_CONNECTIONS=1 before Blackwell (device arch < 10; it
+  only warns with Megatron-FSDP, not exported), so the script sets it.
 """
 
 from __future__ import annotations
 
-from uniap.export.capability import FIRST_LAST, EngineJob, EngineRules, block_layout_why_not
+from uniap.export.capability import FIRST_LAST, EngineJob, EngineRules, block_layout_why_not, rope_of
 from uniap.spec.model import ModelConfig
 
 SCRIPT = "pretrain_gpt.py"
@@ -88,6 +92,11 @@ def model_flags(job: EngineJob) -> list[str]:
         flags.append("--position-embedding-type rope")
         if config.rotary_fraction != 1.0:
             flags.append(f"--rotary-percent {config.rotary_fraction}")
+        rope = rope_of(job)
+        if rope:
+            flags.append(f"--rotary-base {rope.base}")
+            if rope.llama3_scaling:
+                flags.append("--use-rope-scaling")
     if not (config.qkv_bias and config.out_bias and config.mlp_bias):
         flags.append("--disable-bias-linear")
         if config.qkv_bias:
@@ -111,10 +120,16 @@ def write(job: EngineJob) -> str:
     ]
     nodes = max(1, job.world // job.devices_per_node)
     per_node = job.world // nodes
-    head = [f"#!/bin/sh",
+    head = ["#!/bin/sh",
             f"# {job.model} on {job.world} devices, from a uniap plan (Megatron-LM flags as of d98e8a6).",
             f"# data-parallel size = {job.world} / (tp {job.tp} · pp {job.pp}) = {job.dp}; "
             f"{job.micro_batches} micro-batches per iteration.",
-            f"# Run from a Megatron-LM checkout on every node; add data, tokenizer and optimizer flags as arguments.",
-            f"torchrun --nnodes {nodes} --nproc-per-node {per_node}{RENDEZVOUS if nodes > 1 else ''} {SCRIPT} \\"]
+            "# Run from a Megatron-LM checkout on every node; add data, tokenizer and optimizer flags as arguments."]
+    if not job.config.learned_positions and rope_of(job) is None:
+        head += ["# The plan does not record this model's rope_theta or rope_scaling: Megatron-LM rotates with base",
+                 "# 10000 unless given --rotary-base THETA (and --use-rope-scaling for rope_scaling of type llama3)."]
+    if job.tp > 1:
+        head += ["# validate_args requires this with tensor parallelism on GPUs before Blackwell:",
+                 "export CUDA_DEVICE_MAX_CONNECTIONS=1"]
+    head.append(f"torchrun --nnodes {nodes} --nproc-per-node {per_node}{RENDEZVOUS if nodes > 1 else ''} {SCRIPT} \\")
     return "\n".join(head + [f"  {flag} \\" for flag in flags] + ['  "$@"']) + "\n"

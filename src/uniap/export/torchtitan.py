@@ -12,73 +12,150 @@ given in the header as figures.
 
 What torchtitan can express, from its source (0.2.2 `models/llama3/infra/parallelize.py`):
 - ZeRO-3 is FSDP2 (`data_parallel_shard_degree`, `fsdp_reshard_after_forward = "always"`); ZeRO-2 is FSDP2
-  without resharding after forward ("never"); ZeRO-1 has no counterpart;
+  without resharding after forward ("never"), which still gathers the parameters in every micro-batch's forward
+  (torchtitan reshards after each backward) where the plan prices one gather per iteration; under a pipeline,
+  torch's PipelineStage holds unsharded gradients over the micro-batches instead (`set_requires_gradient_sync(
+  False)` until the last backward). The file says which; ZeRO-1 has no counterpart;
 - ZeRO-0 is DDP (`data_parallel_replicate_degree`), which raises "DDP has not supported > 1D parallelism"
   with tp or pp;
 - tensor parallelism always shards the sequence (SequenceParallel norms, 0.2.2 has no switch);
 - stages are any module lists per chunk (`module_fqns_per_model_part`), chunk j on rank j mod pp for the looped
-  Interleaved1F1B; GPipe, 1F1B, Interleaved1F1B;
-- training precision bfloat16 or float32 (`mixed_precision_param`); only the llama3 model family here.
+  Interleaved1F1B; GPipe, 1F1B, Interleaved1F1B. The output layer is `output` in 0.2.2 and `lm_head` in 0.3.0
+  (its `Decoder`), so the TOML and the header's command line name it each their way;
+- training precision bfloat16 or float32 (`mixed_precision_param`); the llama3 and qwen3 models (`MODELS`).
+  0.2.2's qwen3 has no pipelining (its TrainSpec's `pipelining_fn` is None: "does not support pipelining"), 0.3.0's
+  has, but not with tied embeddings ("Weight tying is not supported with Pipeline Parallel").
 """
 
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 
-from uniap.export.capability import ANY_SPLIT, EngineJob, EngineRules, block_layout_why_not
+from uniap.export.capability import ANY_SPLIT, EngineJob, EngineRules, Rope, block_layout_why_not, rope_of
 from uniap.spec.model import ModelConfig
 
 
+@dataclass(frozen=True)
+class TitanModel:
+    """One of torchtitan's decoder implementations, as far as the plan's architecture goes."""
+
+    name: str
+    """Its `model.name` (0.2.2) and `--module` (0.3.0)."""
+    qk_norm: str
+    """Its q/k norm in our terms: "" none (llama3), "head" (qwen3's q_norm/k_norm, RMSNorm over head_dim)."""
+    ties: bool
+    """It can tie the output layer to the embedding (`enable_weight_tying`)."""
+    separate_head_dim: bool
+    """head_dim is its own argument; else it is dim // n_heads."""
+
+
+MODELS = {"llama": TitanModel("llama3", "", ties=False, separate_head_dim=False),
+          "qwen3": TitanModel("qwen3", "head", ties=True, separate_head_dim=True)}
+"""Our families torchtitan has (0.2.2 and 0.3.0 `models/llama3`, `models/qwen3`: bias-free Linears, RMSNorm,
+SwiGLU, full RoPE, no dropout)."""
+
+HEAD = {"0.2.2": "output", "0.3.0": "lm_head"}
+"""The output layer's module name by release: `module_fqns_per_model_part` must name it on the last chunk."""
+
+
 def architecture_why_not(config: ModelConfig) -> str | None:
-    """What of the model torchtitan 0.2.2's llama3 (`models/llama3/model/model.py`: bias-free nn.Linear everywhere,
-    a separate `output` Linear, head_dim = dim // n_heads, RMSNorm, SwiGLU, full RoPE, no dropout) lacks."""
+    """What of the model torchtitan's implementation of its family (`MODELS`) lacks."""
+    model = MODELS[config.family]
     biases = [part for part, on in (("q/k/v", config.qkv_bias), ("attention output", config.out_bias),
                                     ("MLP", config.mlp_bias)) if on]
     if biases:
-        return f"its llama3 has no biases (the model has {', '.join(biases)} biases)"
-    if config.tied_embeddings:
-        return "its llama3 does not tie the output layer to the embedding (the model does)"
-    if config.kv_channels:
-        return f"its llama3 has no separate head_dim (the model's is {config.kv_channels}, not hidden / heads)"
-    if config.norm != "rmsnorm" or config.qk_norm:
-        return "its llama3 has RMSNorm before attention and MLP and no q/k norm"
+        return f"its {model.name} has no biases (the model has {', '.join(biases)} biases)"
+    if config.tied_embeddings and not model.ties:
+        return f"its {model.name} does not tie the output layer to the embedding (the model does)"
+    if config.kv_channels and not model.separate_head_dim:
+        return f"its {model.name} has no separate head_dim (the model's is {config.kv_channels}, not hidden / heads)"
+    if config.norm != "rmsnorm" or config.qk_norm != model.qk_norm:
+        norms = "and q/k norms over head_dim" if model.qk_norm else "and no q/k norm"
+        return f"its {model.name} has RMSNorm before attention and MLP {norms}"
     if not config.gated_mlp or config.activation != "silu":
-        return "its llama3 MLP is SwiGLU"
+        return f"its {model.name} MLP is SwiGLU"
     if config.learned_positions or config.rotary_fraction != 1.0:
-        return "its llama3 rotates every head dimension with RoPE (no position table, no partial rotary)"
+        return f"its {model.name} rotates every head dimension with RoPE (no position table, no partial rotary)"
     if config.dropout:
-        return "its llama3 has no dropout"
+        return f"its {model.name} has no dropout"
     return block_layout_why_not(config)
 
 
-RULES = EngineRules(name="torchtitan", families=("llama",), precisions=("bf16", "fp32"), zero_stages=(0, 2, 3),
+def pipeline_why_not(config: ModelConfig) -> str | None:
+    """Tied embeddings cannot be pipelined there (0.3.0's `Decoder.Config.update_from_config`; 0.2.2's qwen3 has
+    no pipeline at all, which the file's header says)."""
+    if config.tied_embeddings:
+        return f"its {MODELS[config.family].name} does not pipeline a tied output layer"
+    return None
+
+
+RULES = EngineRules(name="torchtitan", families=tuple(MODELS), precisions=("bf16", "fp32"), zero_stages=(0, 2, 3),
                     pipeline_zero_stages=(2, 3), tensor_parallel=True, sequence_parallel_always=True,
                     replicate_alone=True, pipeline_schedules=("gpipe", "1f1b", "interleaved-1f1b"), split=ANY_SPLIT,
-                    architecture_why_not=architecture_why_not)
+                    architecture_why_not=architecture_why_not, pipeline_why_not=pipeline_why_not)
 
 SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B"}
 PRECISIONS = {"bf16": "bfloat16", "fp32": "float32"}
 RESHARD = {2: "never", 3: "always"}
-FLAVORS = {"llama3-8b": "8B", "llama3-70b": "70B", "llama3-405b": "405B"}
-"""torchtitan's llama3 flavors for our zoo names; any other model needs a flavor registered with its sizes."""
-RECIPES = {"llama3-8b": "llama3_8b", "llama3-70b": "llama3_70b", "llama3-405b": "llama3_405b"}
-"""torchtitan 0.3.0's llama3 config registry entries for them."""
 
-def model_parts(job: EngineJob) -> list[list[str]]:
-    """Module names per chunk in torchtitan's llama3 model: tok_embeddings, layers.i, norm, output."""
+
+@dataclass(frozen=True)
+class Flavor:
+    """A model size torchtitan registers, in ModelConfig terms (0.2.2 `llama3_args` / `qwen3_args` and 0.3.0
+    `llama3_configs` / `qwen3_configs` give these names the same figures)."""
+
+    family: str
+    name: str
+    recipe: str
+    """0.3.0's config registry entry for it ("" where it has none)."""
+    figures: tuple[int, int, int, int, int, int, int, bool]
+    """Blocks, hidden, heads, key/value heads, MLP width, vocabulary, head_dim, tied."""
+    rope: Rope
+
+    def fits(self, config: ModelConfig) -> bool:
+        return config.family == self.family and self.figures == (
+            config.layers, config.hidden, config.heads, config.n_kv_heads, config.ffn, config.vocab, config.head_dim,
+            config.tied_embeddings)
+
+
+_LLAMA3, _QWEN3 = Rope(500000, True), Rope(1000000, False)  # torchtitan's llama3 always scales as Llama 3.1 does
+FLAVORS = (
+    Flavor("llama", "8B", "llama3_8b", (32, 4096, 32, 8, 14336, 128256, 128, False), _LLAMA3),
+    Flavor("llama", "70B", "llama3_70b", (80, 8192, 64, 8, 28672, 128256, 128, False), _LLAMA3),
+    Flavor("llama", "405B", "llama3_405b", (126, 16384, 128, 8, 53248, 128256, 128, False), _LLAMA3),
+    Flavor("qwen3", "0.6B", "qwen3_0_6b", (28, 1024, 16, 8, 3072, 151936, 128, True), _QWEN3),
+    Flavor("qwen3", "1.7B", "qwen3_1_7b", (28, 2048, 16, 8, 6144, 151936, 128, True), _QWEN3),
+    Flavor("qwen3", "4B", "", (36, 2560, 32, 8, 9728, 151936, 128, True), _QWEN3),
+    Flavor("qwen3", "8B", "", (36, 4096, 32, 8, 12288, 151936, 128, False), _QWEN3),
+    Flavor("qwen3", "14B", "qwen3_14b", (40, 5120, 40, 8, 17408, 151936, 128, False), _QWEN3),
+    Flavor("qwen3", "32B", "qwen3_32b", (64, 5120, 64, 8, 25600, 151936, 128, False), _QWEN3),
+)
+"""The dense flavors; a model of other figures needs a flavor registered with its sizes."""
+
+
+def flavor_of(config: ModelConfig) -> Flavor | None:
+    """The flavor that builds this architecture, whatever the model is called (a Llama 3.1 8B config is `8B`)."""
+    return next((flavor for flavor in FLAVORS if flavor.fits(config)), None)
+
+
+def model_parts(job: EngineJob, head: str) -> list[list[str]]:
+    """Module names per chunk in torchtitan's decoders: tok_embeddings, layers.i, norm and the output layer
+    `head` (`HEAD` of the release)."""
     parts, block = [], 0
     for j, count in enumerate(job.chunk_blocks):
         part = ["tok_embeddings"] if j == 0 else []
         part += [f"layers.{block + i}" for i in range(count)]
         block += count
         if j == len(job.chunk_blocks) - 1:
-            part += ["norm", "output"]
+            part += ["norm", head]
         parts.append(part)
     return parts
 
 
-def config_of(job: EngineJob) -> dict:
-    """The TOML tables of the job (torchtitan 0.2.2 JobConfig sections)."""
+def config_of(job: EngineJob, release: str) -> dict:
+    """The TOML tables of the job (torchtitan 0.2.2 JobConfig sections), its modules named as `release` names
+    them."""
     sharded = job.dp > 1 and job.zero > 0
     local = job.global_batch // job.dp if job.pp > 1 else job.micro_batch_size
     parallelism = {
@@ -89,11 +166,12 @@ def config_of(job: EngineJob) -> dict:
         "pipeline_parallel_degree": job.pp,
         "pipeline_parallel_schedule": SCHEDULES[job.schedule],
         "pipeline_parallel_microbatch_size": job.micro_batch_size,
-        "module_fqns_per_model_part": model_parts(job),
+        "module_fqns_per_model_part": model_parts(job, HEAD[release]),
     }
+    flavor = flavor_of(job.config)
     return {
         "job": {"description": f"uniap plan: {job.model}, {job.world} devices"},
-        "model": {"name": "llama3", "flavor": FLAVORS.get(job.model, job.model)},
+        "model": {"name": MODELS[job.config.family].name, "flavor": flavor.name if flavor else job.model},
         "training": {"local_batch_size": local, "global_batch_size": job.global_batch, "seq_len": job.seq_len,
                      "mixed_precision_param": PRECISIONS[job.precision]},
         "parallelism": parallelism,
@@ -102,10 +180,10 @@ def config_of(job: EngineJob) -> dict:
 
 
 def recipe_arguments(job: EngineJob) -> list[str]:
-    """torchtitan 0.3.0's command line for the job after `--module llama3 --config RECIPE`: the same keys as
+    """torchtitan 0.3.0's command line for the job after `--module MODEL --config RECIPE`: the same keys as
     overrides (a list[str] is comma-separated there, one per model part), CUDA graphs off under a pipeline (0.3.0
     refuses both together), and the activation checkpoint choice."""
-    tables = config_of(job)
+    tables = config_of(job, "0.3.0")
     args = []
     for section in ("training", "parallelism"):
         for key, value in tables[section].items():
@@ -116,22 +194,56 @@ def recipe_arguments(job: EngineJob) -> list[str]:
     return args + [f"activation-checkpoint:{'full' if job.recompute else 'none'}"]
 
 
+def notes(job: EngineJob) -> list[str]:
+    """What the header must say beyond the settings: the flavor and its RoPE, what ZeRO-2 is there, and what a
+    release cannot run."""
+    model, flavor = MODELS[job.config.family], flavor_of(job.config)
+    lines = []
+    if flavor is None:
+        lines.append(f"# No torchtitan {model.name} flavor has this model's sizes: register one named {job.model!r} "
+                     "with them (0.3.0: a config registry entry for RECIPE).")
+    else:
+        scaling = " with Llama 3.1's frequency scaling" if flavor.rope.llama3_scaling else ""
+        lines.append(f"# flavor {flavor.name}: {model.name} with the plan's sizes, RoPE base {flavor.rope.base}"
+                     f"{scaling}.")
+        known = rope_of(job)
+        if known and known != flavor.rope:
+            lines.append(f"# {job.model} rotates with base {known.base}"
+                         f"{' with' if known.llama3_scaling else ' without'} that scaling: torchtitan trains the "
+                         "flavor's positions.")
+        if not flavor.recipe:
+            lines.append(f"# 0.3.0 has no config registry entry for {model.name} {flavor.name}: RECIPE is one that "
+                         "builds it.")
+    if job.dp > 1 and job.zero >= 2 and job.pp > 1:
+        lines += ["# Under a pipeline torch's PipelineStage keeps FSDP2's gradients unsharded over the micro-batches",
+                  "# and reduce-scatters them once per iteration: each rank holds its stage's whole gradients, which",
+                  f"# the plan's ZeRO-{job.zero} shards (and prices a reduce-scatter per micro-batch)."]
+    elif job.dp > 1 and job.zero == 2:
+        lines += ["# ZeRO-2 here is FSDP2 without resharding after forward, and torchtitan reshards after every",
+                  f"# backward: each of the {job.micro_batches} micro-batches gathers the parameters again (beside its "
+                  "forward, as ZeRO-3's",
+                  "# gathers are), where the plan priced one gather per iteration; peak memory is as planned."]
+    if job.pp > 1 and model.name == "qwen3":
+        lines.append("# torchtitan 0.2.2's qwen3 has no pipeline (\"does not support pipelining\"): run this plan "
+                     "with 0.3.0's command line.")
+    return lines
+
+
 def write(job: EngineJob) -> str:
-    """The TOML file (the model comes from the plan's name: torchtitan's flavors carry the sizes)."""
-    recipe = RECIPES.get(job.model, "RECIPE")
+    """The TOML file; the flavor is the one torchtitan registers with the plan's sizes, whatever its name."""
+    model, flavor = MODELS[job.config.family], flavor_of(job.config)
+    recipe = flavor.recipe if flavor and flavor.recipe else "RECIPE"
     lines = [f"# {job.model} on {job.world} devices, from a uniap plan: a torchtitan 0.2.x job config",
              "# (torchrun ... -m torchtitan.train --job.config_file THIS_FILE).",
-             "# torchtitan 0.3.0 has no TOML; the same plan as overrides of a llama3 config registry entry (RECIPE):",
-             f"#   torchtitan 0.3.0: -m torchtitan.train --module llama3 --config {recipe} "
+             f"# torchtitan 0.3.0 has no TOML; the same plan as overrides of a {model.name} config registry entry "
+             "(RECIPE):",
+             f"#   torchtitan 0.3.0: -m torchtitan.train --module {model.name} --config {recipe} "
              f"{shlex.join(recipe_arguments(job))}",
              "# torchtitan main (after 0.3.0) counts batches in tokens: training.num_tokens_per_microbatch_per_dp_rank"
              f" = {job.micro_batch_size * job.seq_len}, training.num_tokens_per_train_step = "
              f"{job.global_batch * job.seq_len}, parallelism.num_pp_microbatches = "
-             f"{job.micro_batches if job.pp > 1 else 1}."]
-    if job.model not in FLAVORS:
-        lines.append(f"# flavor {job.model!r} is not one of torchtitan's llama3 flavors ({', '.join(FLAVORS.values())})"
-                     ": register it with the plan's model sizes.")
-    for section, values in config_of(job).items():
+             f"{job.micro_batches if job.pp > 1 else 1}.", *notes(job)]
+    for section, values in config_of(job, "0.2.2").items():
         lines += ["", f"[{section}]"] + [f"{key} = {_toml_value(value)}" for key, value in values.items()]
     return "\n".join(lines) + "\n"
 
