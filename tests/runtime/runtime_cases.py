@@ -116,11 +116,15 @@ def equality_plans():
 
 def memory_plans():
     """name -> plan of the memory launch (2 steps, AdamW: the cost model's optimizer)."""
+    from uniap.models.decoder import as_trained
     from uniap.runtime.plans import uniform_plan
 
     plain_ends = {"embed": S(1, 4), "head": S(1, 4)}  # only the blocks differ between tp and tp·sp
+    gpt = as_trained(GPT)  # priced as the decoder runs it: without GPT-2's dropout
     return {"mem-llama-tp4": uniform_plan(LLAMA, 4, tp=4, per_layer=plain_ends),
             "mem-llama-tp4sp": uniform_plan(LLAMA, 4, tp=4, sp=True, per_layer=plain_ends),
+            "mem-gpt-tp4": uniform_plan(gpt, 4, tp=4, per_layer=plain_ends),
+            "mem-gpt-tp4sp": uniform_plan(gpt, 4, tp=4, sp=True, per_layer=plain_ends),
             "mem-llama-dp4-fp32": uniform_plan(LLAMA, 4, dp=4),
             "mem-llama-dp4-bf16": uniform_plan(LLAMA, 4, dp=4, precision="bf16")}
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from runtime_cases import LLAMA, TOL, equality_plans, memory_plans
+from runtime_cases import TOL, equality_plans, memory_plans
 from uniap.cost.memory import activation_bytes_per_sample, static_bytes
 from uniap.runtime.precision import precision_of
 from uniap.spec.families import build_layers
@@ -85,7 +85,7 @@ def test_fp16_runs_with_a_loss_scale(equality_results):
 
 def _predicted_bytes(plan, parts) -> float:
     """The cost model's bytes per rank (`parts`: static and/or activations) of a one-stage plan, one micro-batch."""
-    model = build_layers(LLAMA, int(plan.model["seq_len"]))
+    model = build_layers(plan.model_config(), int(plan.model["seq_len"]))
     precision, samples = plan.workload["precision"], plan.workload["global_batch"]
     total = 0.0
     for spec, layer in zip(model.layers, plan.layers):
@@ -97,15 +97,17 @@ def _predicted_bytes(plan, parts) -> float:
     return total
 
 
-def test_sequence_parallel_saves_the_activation_memory_the_cost_model_predicts(equality_results):
-    """Same parameters, same static bytes: the peak difference is the blocks' activation saving."""
+@pytest.mark.parametrize("model", ["llama", "gpt"])
+def test_sequence_parallel_saves_the_activation_memory_the_cost_model_predicts(equality_results, model):
+    """Same parameters, same static bytes: the peak difference is the blocks' activation saving (per layer:
+    tests/runtime/test_sp_memory.py)."""
     plans = memory_plans()
-    saved = max(equality_results["mem-llama-tp4"]["peak_memory_bytes"]) - \
-        max(equality_results["mem-llama-tp4sp"]["peak_memory_bytes"])
-    predicted = _predicted_bytes(plans["mem-llama-tp4"], ["activations"]) - \
-        _predicted_bytes(plans["mem-llama-tp4sp"], ["activations"])
+    saved = max(equality_results[f"mem-{model}-tp4"]["peak_memory_bytes"]) - \
+        max(equality_results[f"mem-{model}-tp4sp"]["peak_memory_bytes"])
+    predicted = _predicted_bytes(plans[f"mem-{model}-tp4"], ["activations"]) - \
+        _predicted_bytes(plans[f"mem-{model}-tp4sp"], ["activations"])
     assert predicted > 0
-    assert saved == pytest.approx(predicted, rel=0.10)
+    assert saved == pytest.approx(predicted, rel=0.05)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])

@@ -38,7 +38,10 @@ def activation_bytes_per_sample(layer: LayerSpec, s: Strategy, precision: str, f
     """Activation bytes one device keeps for backward per sample of its dp shard (Korthikanti et al. 2022).
 
     Without recompute: tp shards `act_tp` (and the scores); `act_other` stays replicated over tp
-    unless sequence parallelism shards it too. With full recompute only the layer input is kept
+    unless sequence parallelism shards it too: all of it, the norms' inputs and the column-parallel
+    projections' inputs alike, which holds where the projections keep their input's sequence slice and
+    gather it again in backward (Megatron; `uniap run`, runtime/tensor_parallel.py), not where they keep the
+    gathered input (DTensor's PrepareModuleInput). With full recompute only the layer input is kept
     (sharded over tp by sp). The figures in LayerSpec are for 16-bit activations; fp32 doubles them.
     """
     scale = 2.0 if precision == "fp32" else 1.0

@@ -3,6 +3,7 @@
 from uniap.models.decoder import (
     FAMILIES,
     DecoderSlice,
+    as_trained,
     build_layer,
     build_model,
     check_supported,
@@ -10,4 +11,5 @@ from uniap.models.decoder import (
     lm_loss,
 )
 
-__all__ = ["FAMILIES", "DecoderSlice", "build_layer", "build_model", "check_supported", "layer_names", "lm_loss"]
+__all__ = ["FAMILIES", "DecoderSlice", "as_trained", "build_layer", "build_model", "check_supported", "layer_names",
+           "lm_loss"]

@@ -25,17 +25,25 @@ The families differ only in ModelConfig options, each an option of the one block
 MLP biases; LayerNorm with or without bias, or RMSNorm; the MLP activation, gated or not; q/k norms (per
 head, per-head weights, over all heads); norms before and/or after each sublayer; parallel residual with
 one or two norms; partial rotary; sliding-window layers. What it cannot run (attention or logit
-soft-capping) is refused in one line naming the feature.
+soft-capping) is refused in one line naming the feature. It has no dropout (`as_trained`).
+
+What it keeps for backward is what the cost model charges (`spec/families.py`, Korthikanti et al. 2022): RMSNorm
+keeps its input (and 1/rms per row), a gated MLP its gate and up projections (not act(gate)), and attention's
+output is the output projection's input (one tensor). Plain eager PyTorch keeps one more tensor for each on CPU
+(x/rms, act(gate), the attention output re-laid out), and act(gate) on any device; on CUDA, the fused
+`torch.rms_norm` keeps what `RMSNorm` here does.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.tensor import DTensor, Partial
 from torch.utils.checkpoint import checkpoint
 
 from uniap.errors import UniapError
@@ -45,6 +53,12 @@ from uniap.spec.model import ModelConfig
 INIT_STD = 0.02
 _ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
                 "relu": F.relu}
+
+
+def as_trained(config: ModelConfig) -> ModelConfig:
+    """`config` as this decoder trains it, for pricing what a run holds: the decoder has no dropout layers, so a
+    config that trains with dropout (GPT-2's family default, `spec.model.DROPOUT_FAMILIES`) runs without it."""
+    return dataclasses.replace(config, dropout=False)
 
 
 def layer_names(config: ModelConfig) -> list[str]:
@@ -86,26 +100,71 @@ class Layer(nn.Module):
         raise NotImplementedError
 
 
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a DTensor (a plain tensor as it is), outside autograd: inside an autograd Function, or
+    to read or update a tensor's storage."""
+    return t._local_tensor if isinstance(t, DTensor) else t
+
+
+class _RMSNormFunction(torch.autograd.Function):
+    """x·r·w with r = 1/√(mean(x²) + eps) over the last dimension, in fp32. Keeps x and r (one fp32 number per
+    row) for backward, as CUDA's fused `torch.rms_norm` does; its composite path (CPU) would also keep x·r, one
+    more tensor of x's size. Under sequence parallelism x is a sequence-sharded DTensor and w a replicated one
+    (`SequenceParallel`): it computes on the local slice and sums the weight gradient over the slices."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        local = local_tensor(x)
+        r = torch.rsqrt(local.float().pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, weight, r)
+        y = (local.float() * r * local_tensor(weight).float()).to(local.dtype)
+        return DTensor.from_local(y, x.device_mesh, x.placements, run_check=False) if isinstance(x, DTensor) else y
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, weight, r = ctx.saved_tensors
+        if isinstance(x, DTensor):
+            grad = grad.redistribute(x.device_mesh, x.placements)
+        local, w = local_tensor(x), local_tensor(weight)
+        normed, g = local.float() * r, local_tensor(grad).float()
+        grad_w = (g * normed).reshape(-1, normed.shape[-1]).sum(0).to(w.dtype)
+        g = g * w.float()
+        grad_x = (r * (g - normed * (g * normed).mean(-1, keepdim=True))).to(local.dtype)
+        if isinstance(x, DTensor):
+            grad_x = DTensor.from_local(grad_x, x.device_mesh, x.placements, run_check=False)
+            grad_w = DTensor.from_local(grad_w, weight.device_mesh, (Partial(),), run_check=False).redistribute(
+                weight.device_mesh, weight.placements)
+        return grad_x, grad_w, None
+
+
+class RMSNorm(nn.RMSNorm):
+    """`nn.RMSNorm` that keeps only its input (and 1/rms per row) for backward, whatever the device."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _RMSNormFunction.apply(x, self.weight, self.eps)
+
+
 def _norm(config: ModelConfig, width: int | None = None) -> nn.Module:
     width = config.hidden if width is None else width
     if config.norm == "rmsnorm":
-        return nn.RMSNorm(width, eps=1e-5)
+        return RMSNorm(width, eps=1e-5)
     return nn.LayerNorm(width, eps=1e-5, bias=config.norm_bias)
 
 
 class HeadwiseNorm(nn.Module):
-    """Cohere's q/k norm: each head normalised over its width, with its own weight (heads × head_dim)."""
+    """Cohere's q/k norm: each head normalised over its width, with its own weight (heads × head_dim), on
+    (B, T, heads, head_dim)."""
 
     def __init__(self, config: ModelConfig, heads: int):
         super().__init__()
         self.rms = config.norm == "rmsnorm"
         self.weight = nn.Parameter(torch.ones(heads, config.head_dim))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, heads, T, head_dim)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.rms:
             x = x - x.mean(-1, keepdim=True)
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
-        return x * self.weight[None, :, None, :].to(x.dtype)
+        return x * self.weight.to(x.dtype)
 
 
 class _SumGradOverGroup(torch.autograd.Function):
@@ -127,7 +186,7 @@ class _SumGradOverGroup(torch.autograd.Function):
 
 class HeadNorm(nn.Module):
     """A norm over each head's width with one weight shared by the heads (Qwen3, Gemma 3), on
-    (B, heads, T, head_dim). `tp_group`, set by tensor parallelism, sums its weight's gradient over the
+    (B, T, heads, head_dim). `tp_group`, set by tensor parallelism, sums its weight's gradient over the
     ranks that hold the other heads."""
 
     def __init__(self, config: ModelConfig):
@@ -141,20 +200,20 @@ class HeadNorm(nn.Module):
         weight = _SumGradOverGroup.apply(self.norm.weight, self.tp_group)
         bias = getattr(self.norm, "bias", None)
         bias = None if bias is None else _SumGradOverGroup.apply(bias, self.tp_group)
-        if isinstance(self.norm, nn.RMSNorm):
-            return F.rms_norm(x, self.norm.normalized_shape, weight, self.norm.eps)
+        if isinstance(self.norm, RMSNorm):
+            return _RMSNormFunction.apply(x, weight, self.norm.eps)
         return F.layer_norm(x, self.norm.normalized_shape, weight, bias, self.norm.eps)
 
 
 def _rope(x: torch.Tensor, fraction: float = 1.0, base: float = 10000.0) -> torch.Tensor:
-    """Rotary position embedding on (B, heads, T, head_dim), half-split convention, over the first
+    """Rotary position embedding on (B, T, heads, head_dim), half-split convention, over the first
     `fraction` of each head (GPT-NeoX's partial rotary; the rest passes through)."""
-    _, _, t, d = x.shape
+    _, t, _, d = x.shape
     rot = int(d * fraction) // 2 * 2
     half = rot // 2
     inv = 1.0 / (base ** (torch.arange(0, half, dtype=torch.float32, device=x.device) / half))
     ang = torch.arange(t, dtype=torch.float32, device=x.device)[:, None] * inv[None, :]
-    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    cos, sin = ang.cos().to(x.dtype)[:, None], ang.sin().to(x.dtype)[:, None]  # over the heads
     x1, x2, rest = x[..., :half], x[..., half:rot], x[..., rot:]
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos, rest], dim=-1)
 
@@ -164,6 +223,13 @@ def _band(t: int, window: int, device) -> torch.Tensor:
     i = torch.arange(t, device=device)[:, None]
     j = torch.arange(t, device=device)[None, :]
     return (j <= i) & (i - j < window)
+
+
+def each_projection(x: torch.Tensor, linears: tuple[nn.Linear, ...]) -> tuple[torch.Tensor, ...]:
+    """The input projections of a sublayer (q/k/v, the MLP's fc or gate/up, the head's LM projection) applied to
+    their one input `x`. Sequence parallelism swaps in a version that gathers `x` once for all of them and keeps
+    only its slice for backward (`runtime/tensor_parallel.py`)."""
+    return tuple(m(x) for m in linears)
 
 
 class Attention(nn.Module):
@@ -177,6 +243,7 @@ class Attention(nn.Module):
         self.k = nn.Linear(h, config.n_kv_heads * hd, bias=config.qkv_bias)
         self.v = nn.Linear(h, config.n_kv_heads * hd, bias=config.qkv_bias)
         self.o = nn.Linear(config.heads * hd, h, bias=config.out_bias)
+        self.project = each_projection
         self.qk_norm = config.qk_norm
         if self.qk_norm == "head":  # one head_dim-wide norm shared by the heads (Qwen3, Gemma 3)
             self.q_norm, self.k_norm = HeadNorm(config), HeadNorm(config)
@@ -189,17 +256,19 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
         hd = self.head_dim
-        q, k, v = self.q(x), self.k(x), self.v(x)
+        q, k, v = self.project(x, (self.q, self.k, self.v))
         if self.qk_norm == "full":
             q, k = self.q_norm(q), self.k_norm(k)
-        # Head counts come from the (possibly tensor-parallel, local) projection outputs.
-        q = q.view(b, t, -1, hd).transpose(1, 2)
-        k = k.view(b, t, -1, hd).transpose(1, 2)
-        v = v.view(b, t, -1, hd).transpose(1, 2)
+        # Head counts come from the (possibly tensor-parallel, local) projection outputs. Norms and rotary run on
+        # (B, T, heads, head_dim), so that attention gets (B, heads, T, head_dim) views of tensors laid out as
+        # (B, T, heads, head_dim): its output then is one too, and the output projection's input, the same
+        # tensor as attention's own saved output, is a view rather than a second copy kept for backward.
+        q, k, v = (y.view(b, t, -1, hd) for y in (q, k, v))
         if self.qk_norm in ("head", "heads"):
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope:
             q, k = _rope(q, self.rotary_fraction), _rope(k, self.rotary_fraction)
+        q, k, v = (y.transpose(1, 2) for y in (q, k, v))
         if k.shape[1] != q.shape[1]:  # grouped-query attention
             rep = q.shape[1] // k.shape[1]
             k = k.repeat_interleave(rep, dim=1)
@@ -210,6 +279,26 @@ class Attention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         y = y.transpose(1, 2).reshape(b, t, -1)
         return self.o(y)
+
+
+class _GatedActivation(torch.autograd.Function):
+    """act(gate) · up, keeping for backward only gate and up, as a fused SwiGLU/GeGLU kernel does (eager
+    PyTorch would keep act(gate) too, one more tensor of the FFN's width): backward recomputes act(gate)."""
+
+    @staticmethod
+    def forward(ctx, act, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        ctx.act = act
+        ctx.save_for_backward(gate, up)
+        return act(gate) * up
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        gate, up = ctx.saved_tensors
+        with torch.enable_grad():
+            leaf = gate.detach().requires_grad_()
+            activated = ctx.act(leaf)
+        (grad_gate,) = torch.autograd.grad(activated, leaf, grad * up)
+        return None, grad_gate, grad * activated.detach()
 
 
 class MLP(nn.Module):
@@ -225,11 +314,14 @@ class MLP(nn.Module):
         else:
             self.fc = nn.Linear(config.hidden, config.ffn, bias=b)
             self.proj = nn.Linear(config.ffn, config.hidden, bias=b)
+        self.project = each_projection
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gated:
-            return self.down(self.act(self.gate(x)) * self.up(x))
-        return self.proj(self.act(self.fc(x)))
+            gate, up = self.project(x, (self.gate, self.up))
+            return self.down(_GatedActivation.apply(self.act, gate, up))
+        (fc,) = self.project(x, (self.fc,))
+        return self.proj(self.act(fc))
 
 
 class Embed(Layer):
@@ -288,9 +380,11 @@ class Head(Layer):
         super().__init__()
         self.norm = _norm(config)
         self.lm = nn.Linear(config.hidden, config.vocab, bias=False)
+        self.project = each_projection
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.lm(self.norm(x))
+        (logits,) = self.project(self.norm(x), (self.lm,))
+        return logits
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor, denominator: int | None = None) -> torch.Tensor:

@@ -33,11 +33,8 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed._composable.replicate_with_fsdp import replicate
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor
 
-
-def _local(t: torch.Tensor) -> torch.Tensor:
-    return t._local_tensor if isinstance(t, DTensor) else t
+from uniap.models.decoder import local_tensor
 
 
 class GradientAllReduce:
@@ -68,7 +65,7 @@ class GradientAllReduce:
         if self._pending:
             return
         self._pending = len(self.params) * self.backwards_per_step
-        grads = [_local(p.grad) for p in self.params]
+        grads = [local_tensor(p.grad) for p in self.params]
         flat = torch.cat([g.reshape(-1) for g in grads])
         work = dist.all_reduce(flat, group=self.group, async_op=True)
 

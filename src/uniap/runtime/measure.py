@@ -10,8 +10,10 @@ Memory:
   static = local parameter + gradient + optimizer-state bytes (shards only, after a step)
   + peak saved activations = the largest total, over the run, of bytes autograd keeps for backward
   for the micro-batches in flight (measured with `torch.autograd.graph.saved_tensors_hooks`,
-  deduplicated by storage, parameter storages excluded; a recomputed layer keeps only its input).
-  Temporaries inside one operator and communication buffers are not counted.
+  deduplicated by storage, parameter storages excluded; a recomputed layer keeps only its input; a
+  collective's output not yet waited on, e.g. a tensor-parallel embedding's all-reduced output that the first
+  block's norm keeps, by the buffer it fills). Temporaries inside one operator and communication buffers are not
+  counted.
 """
 
 from __future__ import annotations
@@ -21,23 +23,24 @@ from contextlib import contextmanager
 
 import torch
 from torch import nn
-from torch.distributed.tensor import DTensor
+from torch.distributed._functional_collectives import AsyncCollectiveTensor
 
-
-def _local(t: torch.Tensor) -> torch.Tensor:
-    return t._local_tensor if isinstance(t, DTensor) else t
+from uniap.models.decoder import local_tensor
 
 
 def _storage(t: torch.Tensor) -> tuple[int, int] | None:
+    t = local_tensor(t)
+    if isinstance(t, AsyncCollectiveTensor):  # its own storage is not readable until waited on; its buffer's is
+        t = t.elem
     try:
-        st = _local(t).untyped_storage()
+        st = t.untyped_storage()
         return st.data_ptr(), st.nbytes()
     except (RuntimeError, NotImplementedError, AttributeError):
         return None
 
 
 def tensor_bytes(t: torch.Tensor) -> int:
-    loc = _local(t)
+    loc = local_tensor(t)
     return loc.numel() * loc.element_size()
 
 

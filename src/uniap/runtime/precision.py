@@ -40,9 +40,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy
-from torch.distributed.tensor import DTensor
 
 from uniap.errors import UniapError
+from uniap.models.decoder import local_tensor
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -110,10 +110,6 @@ def single_rank_mesh(rank: int, world: int, device_type: str) -> DeviceMesh:
     return DeviceMesh.from_group(mine, device_type, mesh_dim_names=("dp",))
 
 
-def _local(t: torch.Tensor) -> torch.Tensor:
-    return t.to_local() if isinstance(t, DTensor) else t
-
-
 @dataclass
 class LossScaler:
     """Dynamic loss scaling for fp16, with torch.amp.GradScaler's defaults (start 2^16, ×0.5 on overflow, ×2
@@ -130,7 +126,7 @@ class LossScaler:
         """Divide the gradients by the scale and return True, or — when any rank has a non-finite gradient —
         drop them (the optimizer then skips the step), halve the scale and return False."""
         params = [p for p in params if p.grad is not None]
-        bad = any(not bool(torch.isfinite(_local(p.grad)).all()) for p in params)
+        bad = any(not bool(torch.isfinite(local_tensor(p.grad)).all()) for p in params)
         device = params[0].grad.device if params else torch.device("cpu")
         flag = torch.tensor([1.0 if bad else 0.0], device=device)
         if self.group is not None:
@@ -143,7 +139,7 @@ class LossScaler:
             self.skipped_steps += 1
             return False
         for p in params:
-            _local(p.grad).mul_(1.0 / self.scale)
+            local_tensor(p.grad).mul_(1.0 / self.scale)
         self.clean_steps += 1
         if self.clean_steps >= self.growth_interval:
             self.scale *= 2.0
