@@ -31,10 +31,11 @@ def test_evaluate_by_hand():
     # p0 = A[0,0] + A[1,1] + R[0][0,1] = 1 + 1 + 0.5 = 2.5      p1 = A[2,1] = 2
     # o0 = Rp[1][1,1] = 0.9 (edge 1→2 crosses the boundary)
     # g0 = G[0,0] + G[1,1] = 0.8                                g1 = G[2,1] = 0.4
-    # TPI = (2.5 + 2) + 0.9 + (3 − 1)·max(2.5, 2, 0.9) + max(0.8, 0.4) = 11.2
+    # bottleneck = max(p0 + o0/2, p1 + o0/2, o0) = max(2.95, 2.45, 0.9) = 2.95
+    # TPI = (2.5 + 2) + 0.9 + (3 − 1)·2.95 + max(0.8, 0.4) = 12.1
     # memory: stage 0 = 1 + 1 + 2·(1 + 1) = 6, stage 1 = 1 + 1·1 = 2
     program, stage_of, strategy_of = tiny(), [0, 0, 1], [0, 1, 1]
-    assert evaluate(program, stage_of, strategy_of) == pytest.approx(11.2)
+    assert evaluate(program, stage_of, strategy_of) == pytest.approx(12.1)
     times = stage_times(program, stage_of, strategy_of)
     np.testing.assert_allclose(times.p, [2.5, 2.0])
     np.testing.assert_allclose(times.o, [0.9])

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from uniap.solve.linear import Builder, Expr, LinearModel, minus, plus, term
-from uniap.solve.program import StageProgram, lower_bound, stage_times
+from uniap.solve.linear import Builder, Expr, LinearModel, minus, plus, scaled, term
+from uniap.solve.program import SEND_HIDING, StageProgram, chunk_slots, lower_bound, stage_times
 from uniap.solve.reduce import Reduced, Run
 
 
@@ -89,8 +89,11 @@ class Formulation:
         self.EC = [bld.variables((last_stage, runs[r].classes, runs[r + 1].classes), 0, 1)
                    for r in range(len(runs) - 1)]
         slowest = max(float(np.min(reduced.A[run.first, run.keep], initial=0.0)) for run in runs)
-        self.B = bld.variables(1, slowest / self.scale)[0]
+        self.B = bld.variables(1, slowest / self.scale)[0]  # the bottleneck; interleaved: the largest slot
         self.H = bld.variables(1)[0]
+        if program.virtual_stages > 1:
+            self.slot = bld.variables(program.pipeline_degree)  # t_d: group d's largest chunk (and ≥ 1.5 sends)
+            self.send = bld.variables(1)[0]  # the largest send
         self._rows(bld, program, reduced)
         self.model: LinearModel = bld.model()
 
@@ -160,17 +163,16 @@ class Formulation:
         infl = np.asarray(program.inflight, dtype=float)
         cap = float(program.memory_capacity)
         v = program.virtual_stages
-        objective = [term(self.B, program.micro_batches - 1 / v), term(self.H)]
         groups = [range(d, P, program.pipeline_degree) for d in range(program.pipeline_degree)]
         terms = [self._stage_terms(i) for i in range(P)]
-        for p, o, _ in terms:
-            objective += [_scaled(p, 1 / v), _scaled(o, 1 / v)]
+        objective = [term(self.H), *(o for _, o, _ in terms)]
+        if v == 1:
+            objective += [term(self.B, program.micro_batches - 1)] + [p for p, _, _ in terms]
+            self.add_bottleneck_constraint(bld, terms)
+        else:
+            objective += [term(self.B, program.micro_batches * v - 1), term(self.slot)]
+            self.add_slot_constraint(bld, terms, groups)
         for chunks in groups:  # one device group: the sums over its chunks
-            p = plus(*(terms[i][0] for i in chunks))
-            o = plus(*(terms[i][1] for i in chunks))
-            bld.row(plus(p, term(self.B, -1.0)), hi=0)
-            if len(o[0]):
-                bld.row(plus(o, term(self.B, -1.0)), hi=0)
             bld.row(plus(*(terms[i][2] for i in chunks), term(self.H, -1.0)), hi=0)
             if math.isfinite(cap):
                 mem = [term(self.n[r][i], (red.Ms[run.first, run.keep] + infl[i] * red.Ma[run.first, run.keep]) / cap)
@@ -178,7 +180,43 @@ class Formulation:
                 bld.row(plus(*mem), hi=1.0)
         if v > 1:
             self._group_count_rows(bld, groups)
+            self.add_one_strategy_constraint(bld)
         bld.minimise(plus(*objective))
+
+    def add_bottleneck_constraint(self, bld: Builder, terms) -> None:
+        """Plain pipelines: B ≥ p_i + (o_{i−1} + o_i)/2 and B ≥ o_i for every stage i (solve.program)."""
+        for i, (p, o, _) in enumerate(terms):
+            around = [scaled(terms[i - 1][1], 0.5)] if i > 0 else []
+            if len(o[0]):
+                around.append(scaled(o, 0.5))
+                bld.row(plus(o, term(self.B, -1.0)), hi=0)
+            bld.row(plus(p, *around, term(self.B, -1.0)), hi=0)
+
+    def add_slot_constraint(self, bld: Builder, terms, groups) -> None:
+        """Interleaved: t_d ≥ every chunk of group d and ≥ 1.5 × the largest send, B ≥ every t_d (solve.program)."""
+        for d, chunks in enumerate(groups):
+            for i in chunks:
+                bld.row(plus(terms[i][0], term(self.slot[d], -1.0)), hi=0)
+            bld.row(plus(term(self.send, SEND_HIDING), term(self.slot[d], -1.0)), hi=0)
+            bld.row(plus(term(self.slot[d]), term(self.B, -1.0)), hi=0)
+        for _, o, _ in terms:
+            if len(o[0]):
+                bld.row(plus(o, term(self.send, -1.0)), hi=0)
+
+    def add_one_strategy_constraint(self, bld: Builder) -> None:
+        """Interleaved: each device group runs a stretch of identical layers under one strategy, in all of its
+        chunks (solve.reduce): one binary per strategy and group, the group's counts ≤ the run's length · chosen."""
+        P = self.program.pipeline_degree
+        for _, covering in self.reduced.shared():
+            keys = sorted({int(k) for r in covering for k in self.reduced.runs[r].keep})
+            for d in range(P):
+                chosen = bld.variables(len(keys), 0, 1, integer=True)
+                bld.row(term(chosen), 1, 1)
+                for r in covering:
+                    run = self.reduced.runs[r]
+                    for j, k in enumerate(run.keep):
+                        bld.row(plus(term(self.n[r][d::P, j]), term(chosen[keys.index(int(k))], -float(run.length))),
+                                hi=0)
 
     def _group_count_rows(self, bld: Builder, groups) -> None:
         """Interleaved programs: how many layers of run r device group d holds, Σ of m over its chunks, as an integer
@@ -315,8 +353,15 @@ class Formulation:
             else:
                 x[self.EC[r][i, c, c2]] = 1.0
         times = stage_times(program, stage_of, strategy_of)
-        x[self.B] = max(times.bottleneck / self.scale, self.model.lb[self.B])
         x[self.H] = times.g.max() / self.scale
+        if program.virtual_stages == 1:
+            x[self.B] = max(times.bottleneck / self.scale, self.model.lb[self.B])
+            return x
+        slots = chunk_slots(program, times.chunk_p[None, :], times.o[None, :])[0] / self.scale
+        x[self.slot] = slots
+        x[self.send] = times.o.max(initial=0.0) / self.scale
+        x[self.B] = max(slots.max(), self.model.lb[self.B])
+        return x
         return x
 
     def decode(self, x: np.ndarray) -> Decoded:
@@ -356,10 +401,6 @@ def scale_of(program: StageProgram, reduced: Reduced) -> float:
     tolerances act as relative ones."""
     bound = lower_bound(program)
     return bound if 0 < bound < math.inf else max(float(np.max(reduced.A, initial=0.0)), 1.0)
-
-
-def _scaled(expr: Expr, factor: float) -> Expr:
-    return expr if factor == 1 else (expr[0], expr[1] * factor)
 
 
 def _fits(program: StageProgram, reduced: Reduced, run: Run) -> np.ndarray:

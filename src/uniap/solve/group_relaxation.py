@@ -31,8 +31,8 @@ import math
 
 import numpy as np
 
-from uniap.solve.linear import Builder, Expr, minus, plus, term
-from uniap.solve.program import StageProgram, evaluate, least_sends
+from uniap.solve.linear import Builder, Expr, minus, plus, scaled, term
+from uniap.solve.program import SEND_HIDING, StageProgram, evaluate, least_sends
 from uniap.solve.reduce import Reduced, undominated
 
 
@@ -48,30 +48,32 @@ class GroupRelaxation:
         bld = Builder()
         # Without edges a strategy is seen only through A, G, Ms, Ma: one that another beats in all four (of any
         # layout class) is never needed, which leaves a few of a run's strategies (e.g. 10 of 36).
-        self.N = [bld.variables((P, len(run.keep)), 0, self._most(r) * (edges or _any_class_undominated(reduced, run)),
-                                integer=True) for r, run in enumerate(runs)]
+        self.most = [self._most(r) * (edges or _any_class_undominated(reduced, run)) for r, run in enumerate(runs)]
+        self.N = [bld.variables((P, len(run.keep)), 0, most, integer=True) for run, most in zip(runs, self.most)]
         self.B = bld.variables(1)[0]
         self.H = bld.variables(1)[0]
         for r, run in enumerate(runs):
             self.add_placement_constraint(bld, r, run.length)
+        self.add_one_strategy_constraint(bld)
+        self.slot = bld.variables(P)
         least = least_sends(program, np.asarray(program.allowed)) / scale
-        objective = [term(self.B, program.micro_batches - 1 / v), term(self.H)]
+        objective = [term(self.B, program.micro_batches * v - 1), term(self.H), term(self.slot)]
         if edges:
             self._edge_variables(bld)
             self.add_chain_ends_constraint(bld)
             self.add_run_edge_constraint(bld)
         else:
             constant = bld.variables(1, 1, 1)
-            objective.append(term(constant, least / v))
+            objective.append(term(constant, least))
             self.add_group_size_constraint(bld)
         sends = []
         for d in range(P):
             a, o, g = self._group_terms(d, edges)
-            objective += [(a[0], a[1] / v), (o[0], o[1] / v)]
+            objective.append(o)
             sends.append(o)
-            for expr, limit in ((a, self.B), (o, self.B), (g, self.H)):
-                if len(expr[0]):
-                    self.add_bottleneck_constraint(bld, expr, limit)
+            self.add_slot_constraint(bld, d, a, o)
+            if len(g[0]):
+                bld.row(plus(g, term(self.H, -1.0)), hi=0)
             self.add_memory_constraint(bld, d)
             if edges:
                 self.add_degree_constraint(bld, d)
@@ -88,7 +90,8 @@ class GroupRelaxation:
         between = [(runs[r].classes, runs[r + 1].classes) for r in range(len(runs) - 1)]
         self.W = [[bld.variables(shape, 0) if shape else None for shape in inner] for _ in range(P)]
         self.X = [[bld.variables(shape, 0) if shape else None for shape in inner] for _ in range(P)]
-        self.Z = [[bld.variables(shape, 0, 1) for shape in between] for _ in range(P)]
+        ends = {0, len(runs) - 2}  # edges out of the chain's first layer and into its last: whole (add_slot_constraint)
+        self.Z = [[bld.variables(shape, 0, 1, integer=q in ends) for q, shape in enumerate(between)] for _ in range(P)]
         self.Y = [[bld.variables(shape, 0, 1) for shape in between] for _ in range(P)]
         self.start = bld.variables(runs[0].classes, 0, 1)  # class of the chain's first layer
         self.end = bld.variables(runs[-1].classes, 0, 1)  # and of its last
@@ -131,6 +134,23 @@ class GroupRelaxation:
         for d in range(self.program.pipeline_degree):
             bld.row(plus(term(total[d]), term(self.N[r][d], -1.0)), 0, 0)
         bld.row(term(total), length, length)
+
+    def add_one_strategy_constraint(self, bld: Builder) -> None:
+        """Each group runs a stretch of identical layers under one strategy (solve.reduce): one binary per
+        strategy, N ≤ most·chosen."""
+        for _, covering in self.reduced.shared():
+            for d in range(self.program.pipeline_degree):
+                keys = sorted({int(run.keep[j]) for run, most in ((self.reduced.runs[r], self.most[r][d]) for r in covering)
+                               for j in np.flatnonzero(most > 0)})
+                if not keys:
+                    continue
+                chosen = bld.variables(len(keys), 0, 1, integer=True)
+                bld.row(term(chosen), 1, 1)
+                for r in covering:
+                    most = self.most[r][d]
+                    for j in np.flatnonzero(most > 0):
+                        k = keys.index(int(self.reduced.runs[r].keep[j]))
+                        bld.row(plus(term(self.N[r][d, j]), term(chosen[k], -float(most[j]))), hi=0)
 
     def add_chain_ends_constraint(self, bld: Builder) -> None:
         """The chain starts on group 0 (chunk 0) and ends on group P − 1 (chunk P·v − 1), one layer each."""
@@ -193,10 +213,56 @@ class GroupRelaxation:
         for d in range(P):
             bld.row(plus(*(term(n[d]) for n in self.N)), v)
 
-    @staticmethod
-    def add_bottleneck_constraint(bld: Builder, expr: Expr, limit: int) -> None:
-        """limit ≥ a group's sum (B over times and sends, H over gradient syncs)."""
-        bld.row(plus(expr, term(limit, -1.0)), hi=0)
+    def add_slot_constraint(self, bld: Builder, d: int, a: Expr, o: Expr) -> None:
+        """Group d's slot t_d (its largest chunk, solve.program) is at least the mean of its v chunks and 1.5 × the
+        mean of its sends; B ≥ t_d. What the mean forgets is that chunks hold whole layers (80 blocks in 28 chunks
+        give a chunk of 3, not 2.86) and that a single layer such as the head sits in one chunk. With κ the most
+        layers of a run that one of d's chunks holds (v·κ ≥ N, κ ≤ N), that chunk takes at least the sum of the κ
+        fastest of the group's layers, and every chunk, the head's too, holds at least N − (v − 1)·κ of them. "The
+        q fastest" is min Σ_j A_j·y_j over Σ y = q, 0 ≤ y_j ≤ N_j, whose LP dual gives one valid row per price λ:
+        t_d ≥ λ·q − Σ_j (λ − A_j)⁺·N_j; the rows for λ at each A_j make it exact. (Groups with several long runs
+        get the κ rows of each, and no head rows.)"""
+        v, red, tau = self.program.virtual_stages, self.reduced, self.scale
+        t = self.slot[d]
+        bld.row(plus(scaled(a, 1 / v), term(t, -1.0)), hi=0)
+        if len(o[0]):
+            bld.row(plus(scaled(o, SEND_HIDING / v), term(t, -1.0)), hi=0)
+        bld.row(plus(term(t), term(self.B, -1.0)), hi=0)
+        fills = []  # per run: (κ, the run's counts on d, A over its strategies) to bound what a chunk must hold
+        for r, run in enumerate(red.runs):
+            most = self.most[r][d]
+            if run.length == 1 or not most.any():
+                continue
+            kappa = bld.variables(1, 0, float(most.max()), integer=True)[0]
+            bld.row(plus(term(kappa, float(v)), term(self.N[r][d], -1.0)), 0)  # v·κ ≥ N
+            bld.row(plus(term(kappa), term(self.N[r][d], -1.0)), hi=0)  # κ ≤ N
+            fills.append((kappa, self.N[r][d], red.A[run.first, run.keep] / tau, most > 0))
+        for kappa, counts, A, usable in fills:
+            for lam in np.unique(A[usable]):  # the largest chunk: κ layers, at least its κ fastest
+                bld.row(plus(term(kappa, lam), term(counts, -np.maximum(lam - A, 0.0)), term(t, -1.0)), hi=0)
+        for r, run in enumerate(red.runs):
+            if run.length > 1 or not self.most[r][d].any() or len(fills) != 1:
+                continue
+            kappa, counts, A, usable = fills[0]  # the chunk of a single layer (the head) holds N − (v − 1)·κ too
+            alone = plus(term(self.N[r][d], red.A[run.first, run.keep] / tau), *self._edges_inside(d, r))
+            if hasattr(self, "Z") and r in (0, len(red.runs) - 1) and len(red.runs) > 1:
+                # The chain's first (last) layer shares its chunk with the run only across the edge to it: where
+                # that edge is a boundary, the run's layers fill the group's other v − 1 chunks.
+                edge = self.Z[d][0 if r == 0 else r - 1]
+                big = float(self.most[1 if r == 0 else r - 1][d].max())  # the run's most layers on d
+                bld.row(plus(term(counts), term(kappa, -(v - 1.0)), term(edge, -big), term(self.N[r][d], big)),
+                        hi=big)  # only for the group that holds the layer
+            for lam in np.unique(A[usable]):
+                bld.row(plus(alone, term(counts, lam - np.maximum(lam - A, 0.0)), term(kappa, -(v - 1) * lam),
+                             term(t, -1.0)), hi=0)
+
+    def _edges_inside(self, d: int, r: int) -> list[Expr]:
+        """Resharding on the edges into and out of single-layer run r where they fall inside one of group d's
+        chunks (edge counts only: none without them)."""
+        if not hasattr(self, "Z"):
+            return []
+        red, tau = self.reduced, self.scale
+        return [term(self.Z[d][q], red.between(q, red.R) / tau) for q in (r - 1, r) if 0 <= q < len(red.runs) - 1]
 
     def add_memory_constraint(self, bld: Builder, d: int) -> None:
         """Group d's bytes fit its devices (at the least in-flight count of its chunks)."""
@@ -215,23 +281,69 @@ class GroupRelaxation:
 
 def chain_plan(program: StageProgram, reduced: Reduced,
                counts: list[np.ndarray]) -> tuple[tuple[np.ndarray, np.ndarray] | None, float]:
-    """(plan, its TPI): the fastest of four plans built directly (no MILP) that hold the given group contents; None when none
-    can be built (TPI inf). Each group lists its layers in chain order, a run's layers class by class (the most numerous
-    class first, or last), and cuts that list into its v chunks: where the run or the class changes (so
-    resharding becomes a send) and then single layers off its end, or single layers off its end only (one long
-    chunk); chunk j is then group j mod P's next piece."""
+    """(plan, its TPI): the fastest of seven plans built directly (no MILP) that hold the given group contents; None
+    when none can be built (TPI inf). Each group lists its layers in chain order, a run's layers class by class
+    (the most numerous class first, or last), and cuts that list into its v chunks: where the run or the class
+    changes (so resharding becomes a send) and then single layers off its end; single layers off its end only
+    (one long chunk); or into chunks of near-equal time (what the slot term rewards); chunk j is then group
+    j mod P's next piece. The seventh packs each group's blocks into chunks of near-equal time (`_packed`)."""
     best, best_value = None, math.inf
-    for most_first in (True, False):
-        for at_changes in (True, False):
-            plan = _chain(program, reduced, counts, most_first, at_changes)
-            value = math.inf if plan is None else evaluate(program, *plan)
-            if value < best_value:
-                best, best_value = plan, value
+    plans = [_chain(program, reduced, counts, most_first, cut)
+             for most_first in (True, False) for cut in ("changes", "tail", "balanced")]
+    for plan in plans + [_packed(program, reduced, counts)]:
+        value = math.inf if plan is None else evaluate(program, *plan)
+        if value < best_value:
+            best, best_value = plan, value
     return best, best_value
 
 
+def _packed(program: StageProgram, reduced: Reduced, counts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The plan whose chunks are packed to near-equal time: when each group holds one run of several layers
+    (the blocks) between single layers (the embedding on group 0, the head on group P − 1), the blocks' order
+    inside the run is free, so each group deals its blocks, slowest first, to its least loaded chunk (LPT), the
+    single layers fixed in the first and last chunks; a chunk lists its blocks by layout class. None when the
+    groups hold another shape."""
+    P, v = program.pipeline_degree, program.virtual_stages
+    runs = reduced.runs
+    long = [r for r, run in enumerate(runs) if run.length > 1]
+    if len(long) != 1 or any(run.length > 1 for run in runs[:long[0]]) or len(runs) - long[0] > 2:
+        return None
+    body = long[0]
+    chunks = [[[] for _ in range(v)] for _ in range(P)]  # [group][chunk] → labels (run, strategy)
+    for r, run in enumerate(runs):
+        if r == body:
+            continue
+        holders = np.flatnonzero(counts[r].sum(axis=1))
+        d = int(holders[0])
+        chunks[d][0 if r < body else v - 1].append((r, int(run.keep[np.argmax(counts[r][d])])))
+    run = runs[body]
+    A = reduced.A[run.first]
+    for d in range(P):
+        load = [sum(float(reduced.A[runs[r].first, k]) for r, k in piece) for piece in chunks[d]]
+        blocks = sorted((int(k) for j, k in enumerate(run.keep) for _ in range(int(counts[body][d, j]))),
+                        key=lambda k: -A[k])
+        for k in blocks:
+            target = int(np.argmin(load))
+            chunks[d][target].append((body, k))
+            load[target] += float(A[k])
+    cls = dict(zip((int(k) for k in run.keep), run.cls))
+    stage_of, strategy_of = [], []
+    for k in range(v):
+        for d in range(P):
+            piece = sorted(chunks[d][k], key=lambda label: (label[0], cls.get(label[1], 0), label[1]))
+            if not piece:
+                return None
+            stage_of += [k * P + d] * len(piece)
+            strategy_of += [label[1] for label in piece]
+    run_at = np.repeat(np.arange(len(runs)), [r.length for r in runs])
+    order = [label[0] for k in range(v) for d in range(P) for label in sorted(chunks[d][k])]
+    if len(order) != program.layers or np.any(np.array(order) != run_at):
+        return None
+    return np.array(stage_of), np.array(strategy_of)
+
+
 def _chain(program: StageProgram, reduced: Reduced, counts: list[np.ndarray], most_first: bool,
-           at_changes: bool) -> tuple[np.ndarray, np.ndarray] | None:
+           cut: str) -> tuple[np.ndarray, np.ndarray] | None:
     P, v, L = program.pipeline_degree, program.virtual_stages, program.layers
     runs = reduced.runs
     pieces = []
@@ -244,19 +356,35 @@ def _chain(program: StageProgram, reduced: Reduced, counts: list[np.ndarray], mo
                     labels += [(r, int(c), int(run.keep[j]))] * int(held[d, j])
         if len(labels) < v:
             return None
-        changes = [i for i in range(1, len(labels)) if labels[i][:2] != labels[i - 1][:2]]
-        cuts = set(changes[:v - 1]) if at_changes else set()
-        tail = len(labels) - 1
-        while len(cuts) < v - 1:  # more chunks than changes: single layers off the end
-            cuts.add(tail)
-            tail -= 1
-        edges = [0, *sorted(cuts), len(labels)]
+        if cut == "balanced":
+            edges = _balanced_cuts([float(reduced.A[runs[r].first, k]) for r, _, k in labels], v)
+        else:
+            changes = [i for i in range(1, len(labels)) if labels[i][:2] != labels[i - 1][:2]]
+            cuts = set(changes[:v - 1]) if cut == "changes" else set()
+            tail = len(labels) - 1
+            while len(cuts) < v - 1:  # more chunks than changes: single layers off the end
+                cuts.add(tail)
+                tail -= 1
+            edges = [0, *sorted(cuts), len(labels)]
         pieces.append([labels[a:b] for a, b in zip(edges[:-1], edges[1:])])
     chain = [(k * P + d, label) for k in range(v) for d in range(P) for label in pieces[d][k]]
     run_at = np.repeat(np.arange(len(runs)), [run.length for run in runs])
     if len(chain) != L or any(label[0] != run_at[u] for u, (_, label) in enumerate(chain)):
         return None  # the groups' runs do not line up along the chain this way
     return np.array([j for j, _ in chain]), np.array([label[2] for _, label in chain])
+
+
+def _balanced_cuts(times: list[float], v: int) -> list[int]:
+    """Boundaries 0 = e_0 < … < e_v = n cutting `times` into v non-empty pieces of near-equal sums: each cut at
+    the layer boundary nearest to k/v of the total."""
+    n = len(times)
+    before = np.concatenate([[0.0], np.cumsum(times)])
+    edges = [0]
+    for k in range(1, v):
+        target = before[-1] * k / v
+        lo, hi = edges[-1] + 1, n - (v - k)  # leave a layer for this piece and each one after it
+        edges.append(lo + int(np.argmin(np.abs(before[lo:hi + 1] - target))))
+    return edges + [n]
 
 
 def _any_class_undominated(reduced: Reduced, run) -> np.ndarray:

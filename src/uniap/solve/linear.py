@@ -27,6 +27,10 @@ def minus(expr: Expr) -> Expr:
     return expr[0], -expr[1]
 
 
+def scaled(expr: Expr, factor: float) -> Expr:
+    return expr if factor == 1 else (expr[0], expr[1] * factor)
+
+
 @dataclass(frozen=True)
 class LinearModel:
     """min cost·x s.t. row_lo ≤ A x ≤ row_hi, lb ≤ x ≤ ub, x[integer] integral; A row-wise (CSR)."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from uniap.errors import UniapError
 from uniap.solve.backends import HIGHS_SMALL, GurobiBackend, HighsBackend
-from uniap.solve.bounds import partition_bound
+from uniap.solve.bounds import partition_bound, slot_bound
 from uniap.solve.formulation import Formulation, scale_of
 from uniap.solve.group_relaxation import GroupRelaxation, chain_plan
 from uniap.solve.program import Solution, StageProgram, evaluate, lower_bound
@@ -75,6 +75,9 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
         # A stronger bound (~0.1-0.5 s) before the MILP. One stage has no min-max term for it to tighten: there
         # the MILP itself is faster. (Interleaved programs are bounded per device group: _by_group.)
         bound = max(bound, partition_bound(program, cutoff))
+    reduced = reduce_program(program, fold)
+    if program.virtual_stages > 1:  # closed form, before any MILP is built
+        bound = max(bound, slot_bound(program, reduced))
     if bound == math.inf:
         return Outcome(None, "infeasible")
     if cutoff is not None and bound >= cutoff:
@@ -85,7 +88,7 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
         status, plan, best_bound = _scip(program, deadline, cutoff, mip_gap)
     else:
         backend = HighsBackend if solver == "highs" else GurobiBackend
-        status, plan, best_bound = _linear(program, backend, fold, deadline, cutoff, mip_gap)
+        status, plan, best_bound = _linear(program, reduced, backend, deadline, cutoff, mip_gap)
     value = evaluate(program, *plan) if plan is not None else math.inf
     if plan is None or (cutoff is not None and value >= cutoff):
         if status == "infeasible":
@@ -102,10 +105,9 @@ def _remaining(deadline: float | None) -> float | None:
     return None if deadline is None else max(deadline - time.perf_counter(), 0.0)
 
 
-def _linear(program, backend_cls, fold, deadline, cutoff, mip_gap):
+def _linear(program, reduced, backend_cls, deadline, cutoff, mip_gap):
     """Sub-tour cut loop. Returns (status, plan, lower bound in seconds); status "optimal" only when the last MILP
     was solved to optimality and its point needed no repair (its plan then attains the bound)."""
-    reduced = reduce_program(program, fold)
     if any(len(run.keep) == 0 for run in reduced.runs):
         return "infeasible", None, math.inf
     formulation = functools.cache(lambda: Formulation(program, reduced))  # built only once it is needed

@@ -3,16 +3,28 @@
 `evaluate` is *the* time per iteration (TPI) of a plan.
 
 The chain is cut into `stages` contiguous pieces. Plain pipelines (GPipe, 1F1B) give each piece its own
-devices. The interleaved 1F1B schedule (Narayanan et al. 2021 §2.2) has v = `virtual_stages` pieces
-("chunks") per device group, chunk j on group j mod P, P = stages / v: a micro-batch crosses every chunk once,
-so fill and drain take 1/v of a device's work while the steady state still runs every device's v chunks:
+devices; with p_i, o_i, g_i the per-micro-batch time of stage i, its boundary send (activation forward and
+gradient back) and its once-per-iteration time,
 
-    TPI = (Σ_j p_j + Σ_j o_j) / v + (c − 1/v) · max(max_d p_d, max_d o_d) + max_d g_d
+    TPI = Σ p + Σ o + (c − 1) · max_i max(p_i + (o_{i−1} + o_i)/2, o_i) + max g
 
-with p_j, o_j per chunk and boundary, p_d, o_d, g_d their sums over the chunks of device group d. v = 1 is the
-GPipe/1F1B formula Σ p + Σ o + (c − 1)·max + max g. Memory is summed over a group's chunks. The MILP, the reference solver, `estimate`,
-the baselines and the report all call it, so a plan's predicted time is the same number everywhere;
-the MILP's own objective is only trusted after `evaluate` has recomputed it.
+(the steady state is priced as if each stage also spent its sends: a send that hides behind compute in the
+real schedule then costs a little extra, and one that does not is never under-priced).
+
+The interleaved 1F1B schedule (Narayanan et al. 2021 §2.2) has v = `virtual_stages` pieces ("chunks") per
+device group, chunk j on group j mod P, P = stages / v. Every chunk slot of group d is priced at its largest
+chunk, t_d = max(max_{j on d} p_j, 1.5 · max_j o_j) (the send waits behind a chunk's forward, a third of it):
+
+    TPI = Σ_d t_d + Σ_j o_j + (c·v − 1) · max_d t_d + max g
+
+one slot per group and every send once to fill and drain, c·v − 1 slots of the slowest in the steady state.
+On equal chunks this is the standard (c·v + P − 1)·t; on unequal ones the schedule's order makes the short
+chunks wait for the long ones, so pricing by the mean (as before) under-predicted by up to 1.47× and the solver
+exploited it. Both formulas bound the event simulation of the schedules' operation order from above
+(report.timeline; tests/solve/test_schedule_bounds.py checks it on random programs and on the plans the
+solver returns). Memory is summed over a group's chunks. The MILP, the reference solver, `estimate`, the
+baselines and the report all call `evaluate`, so a plan's predicted time is the same number everywhere; the
+MILP's own objective is only trusted after `evaluate` has recomputed it.
 """
 
 from __future__ import annotations
@@ -145,13 +157,9 @@ class StageTimes:
     chunk_p: np.ndarray  # (S,) seconds per micro-batch of each chunk (= p when v = 1)
 
     @property
-    def o_device(self) -> np.ndarray:
-        """(P,) boundary time per micro-batch that each device group sends (its chunks' outgoing boundaries)."""
-        return _group_sums(self.o[None, :], len(self.p))[0]
-
-    @property
     def bottleneck(self) -> float:
-        return float(max(self.p.max(), self.o_device.max(initial=0.0)))
+        """The steady-state term of a plain pipeline: max_i max(p_i + (o_{i−1} + o_i)/2, o_i)."""
+        return float(_plain_bottleneck(self.chunk_p[None, :], self.o[None, :])[0])
 
 
 def _check_shapes(program: StageProgram, stage_of, strategies) -> tuple[np.ndarray, np.ndarray]:
@@ -226,6 +234,36 @@ def _feasible_many(program: StageProgram, strategies: np.ndarray, memory: np.nda
     return allowed & fits
 
 
+SEND_HIDING = 1.5
+"""An interleaved chunk slot lasts at least 1.5 sends: the timeline gives a forward a third of a chunk's time and
+each direction half a send, and a send hides behind the next chunk's forward only when it is no longer (beyond
+that, the event simulation grows faster than the sends: tests/solve/test_schedule_bounds.py)."""
+
+
+def _tpi(program: StageProgram, p: np.ndarray, o: np.ndarray) -> np.ndarray:
+    """(N,) TPI without the gradient sync, from per-chunk times p (N, S) and sends o (N, S − 1)."""
+    c, v = program.micro_batches, program.virtual_stages
+    sends = o.sum(axis=1)
+    if v == 1:
+        return p.sum(axis=1) + sends + (c - 1) * _plain_bottleneck(p, o)
+    slot = chunk_slots(program, p, o)
+    return slot.sum(axis=1) + sends + (c * v - 1) * slot.max(axis=1)
+
+
+def _plain_bottleneck(p: np.ndarray, o: np.ndarray) -> np.ndarray:
+    """(N,) max_i max(p_i + (o_{i−1} + o_i)/2, o_i) of plain pipelines (N, P) and their sends (N, P − 1)."""
+    zero = np.zeros((p.shape[0], 1))
+    around = (np.concatenate([zero, o], axis=1) + np.concatenate([o, zero], axis=1)) / 2
+    return np.maximum((p + around).max(axis=1), o.max(axis=1, initial=0.0))
+
+
+def chunk_slots(program: StageProgram, p: np.ndarray, o: np.ndarray) -> np.ndarray:
+    """(N, P) the interleaved slot t_d of each device group: its largest chunk, and at least 1.5 sends."""
+    P = program.pipeline_degree
+    largest = p.reshape(p.shape[0], -1, P).max(axis=1)  # chunk j = k·P + d
+    return np.maximum(largest, SEND_HIDING * o.max(axis=1, initial=0.0)[:, None])
+
+
 def evaluate_many(program: StageProgram, stage_of, strategies) -> np.ndarray:
     """TPI of N strategy assignments (N, L) under one stage placement; inf where infeasible.
 
@@ -237,11 +275,7 @@ def evaluate_many(program: StageProgram, stage_of, strategies) -> np.ndarray:
     if not _stages_valid(program, stage_of):
         return out
     p, o, g, memory = _times_many(program, stage_of, strategies)
-    v = program.virtual_stages
-    p_dev, o_dev = _per_device(program, p), _per_device(program, o)
-    bottleneck = np.maximum(p_dev.max(axis=1), o_dev.max(axis=1, initial=0.0))
-    value = (p.sum(axis=1) + o.sum(axis=1)) / v + (program.micro_batches - 1 / v) * bottleneck \
-        + _per_device(program, g).max(axis=1)
+    value = _tpi(program, p, o) + _per_device(program, g).max(axis=1)
     ok = _feasible_many(program, strategies, _per_device(program, memory))
     out[ok] = value[ok]
     return out

@@ -67,7 +67,6 @@ class ScipQuadratic:
             # u and u+1 both on stage i: u is on it and no boundary at stage i follows u
             inner = qsum((on(u, i) - (q[u][i] - q[u + 1][i])) * _pair(qsum, R[u], e[u]) for u in range(L - 1))
             m.addCons(p[i] >= compute + inner)
-            m.addCons(B >= p[i])
             m.addCons(H >= qsum(on(u, i) * qsum(G[u, k] * x[u][k] for k in range(K)) for u in range(L)))
             if math.isfinite(cap):
                 mem = (Ms + infl[i] * Ma) / cap
@@ -75,6 +74,8 @@ class ScipQuadratic:
             if i + 1 < P:
                 m.addCons(o[i] >= qsum((q[u][i] - q[u + 1][i]) * _pair(qsum, Rp[u], e[u]) for u in range(L - 1)))
                 m.addCons(B >= o[i])
+        for i in range(P):  # the steady state: B ≥ p_i + (o_{i−1} + o_i)/2 (solve.program)
+            m.addCons(B >= p[i] + (o[i - 1] / 2 if i > 0 else 0.0) + (o[i] / 2 if i < P - 1 else 0.0))
         m.setObjective(qsum(p) + qsum(o) + (program.micro_batches - 1) * B + H, "minimize")
 
     def solve(self, time_limit: float | None, cutoff: float | None, mip_gap: float):

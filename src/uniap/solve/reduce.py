@@ -9,6 +9,10 @@
   cost model: same tp / sequence-parallel layout, whatever zero and recompute are) cost the same at every edge, so
   the MILP counts transitions between classes, not strategies.
 * **Dominance**: within a class, a strategy no better than another in A, G, Ms and Ma is never needed.
+* **One strategy per device group** (interleaved programs only): the layers of a stretch of identical layers that
+  one device group holds share one strategy, in all of its chunks. The search space says so, not the cost model
+  (`evaluate` prices any plan): a group whose chunks mix strategies makes the slot term depend on how they are
+  packed into chunks, which no bound over the group's contents sees, and interleaved searches then took minutes.
 
 Every table entry of a disallowed strategy is zeroed here, so later code never meets the inf/nan a cost model may
 store there.
@@ -53,6 +57,13 @@ class Reduced:
     Ma: np.ndarray
     R: np.ndarray  # (L−1, K, K) zero where an end is disallowed
     Rp: np.ndarray
+    spans: list[tuple[int, int]]  # (first, length) of the stretches of identical layers, folded or not
+
+    def shared(self) -> list[tuple[tuple[int, int], list[int]]]:
+        """Stretches of several identical layers with the runs that cover them: under interleaving, a device
+        group runs such a stretch's layers under one strategy (`one_strategy_groups`)."""
+        return [((first, length), [r for r, run in enumerate(self.runs) if first <= run.first < first + length])
+                for first, length in self.spans if length > 1]
 
     def inner(self, r: int, table: np.ndarray) -> np.ndarray:
         """(C_r, C_r) class costs of the edges inside run r (all equal by construction)."""
@@ -72,9 +83,10 @@ def reduce_program(program: StageProgram, fold: bool) -> Reduced:
                                                                             program.Ma))
     pair_ok = ok[:-1, :, None] & ok[1:, None, :]
     R, Rp = (np.where(pair_ok, np.asarray(t, dtype=float), 0.0) for t in (program.R, program.Rp))
-    spans = _spans(ok, (A, G, Ms, Ma), (R, Rp)) if fold else [(u, 1) for u in range(program.layers)]
+    identical = _spans(ok, (A, G, Ms, Ma), (R, Rp))
+    spans = identical if fold else [(u, 1) for u in range(program.layers)]
     runs = []
-    for r, (first, length) in enumerate(spans):
+    for first, length in spans:
         allowed = np.flatnonzero(ok[first])
         if not fold:
             runs.append(Run(first, length, allowed, np.arange(len(allowed)), allowed))
@@ -85,7 +97,22 @@ def reduce_program(program: StageProgram, fold: bool) -> Reduced:
         reps = np.array([keep[np.flatnonzero(cls == c)[0]] for c in range(cls.max() + 1)], dtype=int) \
             if len(keep) else np.zeros(0, dtype=int)
         runs.append(Run(first, length, keep, cls, reps))
-    return Reduced(runs, A, G, Ms, Ma, R, Rp)
+    return Reduced(runs, A, G, Ms, Ma, R, Rp, identical)
+
+
+def one_strategy_groups(program: StageProgram, reduced: Reduced, stage_of: np.ndarray,
+                        strategies: np.ndarray) -> np.ndarray:
+    """(N,) bool: which of N assignments (N, L) keep one strategy per device group on every stretch of identical
+    layers (always true for plain pipelines, where the rule does not apply)."""
+    ok = np.ones(strategies.shape[0], dtype=bool)
+    if program.virtual_stages == 1:
+        return ok
+    group = np.asarray(stage_of) % program.pipeline_degree
+    for (first, length), _ in reduced.shared():
+        for d in np.unique(group[first:first + length]):
+            held = first + np.flatnonzero(group[first:first + length] == d)
+            ok &= (strategies[:, held] == strategies[:, held[:1]]).all(axis=1)
+    return ok
 
 
 def _spans(ok, rows, edges) -> list[tuple[int, int]]:

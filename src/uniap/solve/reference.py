@@ -1,7 +1,9 @@
 """Exact solver by enumeration, for tiny programs: the oracle the MILP is tested against.
 
 Every placement of P − 1 stage boundaries among the L − 1 gaps, times every assignment of allowed strategies,
-is scored by `evaluate_many` (the vectorised `evaluate`). Nothing clever, so nothing to get wrong.
+is scored by `evaluate_many` (the vectorised `evaluate`), within the search space the MILP has (interleaved:
+one strategy per device group on a stretch of identical layers, solve.reduce). Nothing clever, so nothing to get
+wrong.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 
 from uniap.errors import UniapError
 from uniap.solve.program import Solution, StageProgram, evaluate_many
+from uniap.solve.reduce import one_strategy_groups, reduce_program
 
 MAX_PLANS = 10_000_000
 """Refuse programs with more plans than this (enumeration would take minutes) …"""
@@ -36,6 +39,7 @@ def solve_reference(program: StageProgram) -> Solution | None:
     if assignments == 0:
         return None
     grid = np.stack(np.meshgrid(*choices, indexing="ij"), axis=-1).reshape(-1, L)
+    reduced = reduce_program(program, fold=False)
     best_value, best = math.inf, None
     for cuts in itertools.combinations(range(1, L), P - 1):
         stage_of = np.zeros(L, dtype=int)
@@ -44,6 +48,7 @@ def solve_reference(program: StageProgram) -> Solution | None:
         for lo in range(0, len(grid), _CHUNK):
             chunk = grid[lo:lo + _CHUNK]
             values = evaluate_many(program, stage_of, chunk)
+            values[~one_strategy_groups(program, reduced, stage_of, chunk)] = math.inf
             i = int(np.argmin(values))
             if values[i] < best_value:
                 best_value, best = float(values[i]), (stage_of.copy(), chunk[i].copy())

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from uniap.solve import backends
+from uniap.solve.bounds import slot_bound
 from uniap.solve.milp import Outcome, solve_outcome
 from uniap.solve.program import Solution, StageProgram, evaluate_many, lower_bound
 
@@ -73,7 +74,7 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
     deadline = None if time_limit is None else started + float(time_limit)
     workers = min(os.cpu_count() or 1, 2) if workers is None else max(1, int(workers))
     records: dict[int, CandidateRecord] = {}
-    queue: list[tuple[int, float, int]] = []  # (tier, lower bound, candidate index)
+    queue: list[tuple[int, float, float, int]] = []  # (tier, order, lower bound, candidate index)
     guess: tuple[int, Solution] | None = None
     unbounded: list[int] = []  # not even built before the deadline (a plan was in hand already)
     for index, candidate in enumerate(candidates):
@@ -89,7 +90,10 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
         if bound == math.inf:
             records[index] = CandidateRecord(candidate, math.inf, None, "infeasible", 0.0)
             continue
-        queue.append((tier(program) if tier else 0, bound, index))
+        # Interleaved candidates in order of their slot bound: the one that wins then comes early, and its
+        # incumbent cuts off the others before their relaxations are built.
+        order = max(bound, slot_bound(program)) if program.virtual_stages > 1 else bound
+        queue.append((tier(program) if tier else 0, order, bound, index))
         if guess is not None and bound >= guess[1].objective:
             continue  # its uniform plan costs at least its bound: it cannot be the better incumbent
         uniform = uniform_guess(program)
@@ -113,7 +117,7 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
             if _worth_workers(queue, state, solve_times, workers):
                 break
             serial_until = math.inf
-        _, bound, index = queue.pop(0)
+        _, _, bound, index = queue.pop(0)
         if state.skip(index, bound, deadline):
             continue
         solve_started = time.perf_counter()
@@ -148,7 +152,7 @@ def _worth_workers(queue, state: "_State", solve_times: list[float], workers: in
     incumbent, at the median solve time so far (one long solve of the winner says little of the rest), shared by
     the workers instead of solved one after the other."""
     cutoff = state.cutoff()
-    left = sum(1 for entry in queue if cutoff is None or entry[1] < cutoff)
+    left = sum(1 for entry in queue if cutoff is None or entry[1] < cutoff)  # by the order key: a guess anyway
     typical = float(np.median(solve_times)) if solve_times else 0.0
     return left * typical * (1 - 1 / workers) > WORKER_START_S
 
@@ -165,7 +169,7 @@ def _parallel(queue, build, state: "_State", solver: str, deadline: float | None
             while pending and len(running) < workers:
                 if running and pending[0][0] > max(entry[3] for entry in running.values()):
                     break  # the next tier waits for the incumbent of this one
-                tier, bound, index = pending.pop(0)
+                tier, _, bound, index = pending.pop(0)
                 if state.skip(index, bound, deadline):
                     continue
                 future = pool.submit(solve_outcome, build(state.candidates[index]), solver=solver,
