@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from uniap.cost.tables import held_array
 from uniap.solve.program import StageProgram
 from uniap.spec.workload import inflight as workload_inflight
 
@@ -48,7 +49,8 @@ def random_program(seed: int, *, layers: int = 6, strategies: int = 3, stages: i
     return StageProgram(A=A, G=G, Ms=Ms, Ma=Ma, R=R, Rp=Rp, allowed=allowed, stages=P * virtual_stages,
                         micro_batches=micro_batches, inflight=np.array(inflight, dtype=float),
                         memory_capacity=np.inf if memory is None else memory, group=group,
-                        virtual_stages=virtual_stages)
+                        virtual_stages=virtual_stages,
+                        held=held_array(P, micro_batches, virtual_stages) if virtual_stages > 1 else None)
 
 
 def random_case(seed: int, max_layers: int = 7) -> StageProgram:

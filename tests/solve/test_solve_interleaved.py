@@ -84,23 +84,39 @@ def test_interleaved_formula_on_a_balanced_pipeline():
     times = stage_times(program, stage_of, strategy_of)
     assert list(times.p) == [2.0, 2.0] and list(times.chunk_p) == [1.0] * 4
     # the same chain as plain 1F1B over 2 stages: (c + P − 1)·p = 5·2
-    plain = type(program)(**{**program.__dict__, "stages": 2, "virtual_stages": 1,
+    plain = type(program)(**{**program.__dict__, "stages": 2, "virtual_stages": 1, "held": None,
                              "inflight": np.array(inflight("1f1b", 2, 4), dtype=float)})
     assert evaluate(plain, np.array([0, 0, 1, 1]), strategy_of) == pytest.approx(10.0)
 
 
 def test_interleaved_inflight_follows_the_torch_warmup():
-    # P = 4, v = 2, c = 8: group d holds min(c·v, (v−1)·P + 2·(P−1−d) + 1) chunk activations, half per chunk
+    # P = 4, v = 2, c = 8: when group d's first backward starts it holds min(c·v, (v−1)·P + 2·(P−1−d) + 1) chunk
+    # activations, its first chunk filled first (round by round: P micro-batches of chunk 0, then of chunk 1)
     held = inflight("interleaved-1f1b", 4, 8, 2)
-    assert held[:4] == [11 / 2, 9 / 2, 7 / 2, 5 / 2] and held[4:] == held[:4]
-    # that total is what torch's order has alive when the stage's first backward starts
+    assert held[:4] == [7, 5, 4, 4] and held[4:] == [4, 4, 3, 1]
     from uniap.spec.workload import interleaved_order
 
     for d in range(4):
         ops = interleaved_order(d, 4, 8, 2)
         first_backward = next(k for k, op in enumerate(ops) if op[0] == "B")
-        assert first_backward == held[d] * 2
-    assert inflight("interleaved-1f1b", 2, 2, 4)[0] == pytest.approx(2 * 4 / 4)  # capped at c·v
+        assert first_backward == held[d] + held[d + 4]
+    assert sum(inflight("interleaved-1f1b", 2, 2, 4)[0::2]) == 2 * 4  # capped at c·v
+
+
+def test_held_patterns_bound_every_moment_of_the_schedule():
+    """Every occupancy the schedule passes through is covered by one of the stage's patterns, and the patterns are
+    moments of it: the largest Σ held·Ma over them is the peak for any chunk sizes."""
+    from uniap.spec.workload import held_patterns, interleaved_order
+
+    for P, c, v in ((2, 4, 2), (4, 8, 2), (4, 16, 3), (3, 6, 4)):
+        patterns = held_patterns(P, c, v)
+        for d in range(P):
+            held, seen = [0] * v, set()
+            for kind, chunk, _ in interleaved_order(d, P, c, v):
+                held[chunk // P] += 1 if kind == "F" else -1
+                seen.add(tuple(held))
+                assert any(all(p >= h for p, h in zip(pattern, held)) for pattern in patterns[d])
+            assert all(tuple(pattern) in seen for pattern in patterns[d])
 
 
 def test_scip_refuses_interleaved_programs():

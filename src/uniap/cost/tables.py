@@ -20,7 +20,7 @@ from uniap.errors import UniapError
 from uniap.solve.program import StageProgram
 from uniap.spec.cluster import ClusterSpec, Link
 from uniap.spec.model import LayerSpec, ModelSpec
-from uniap.spec.workload import INTERLEAVED, Workload, check_interleaving, inflight
+from uniap.spec.workload import INTERLEAVED, Workload, check_interleaving, held_patterns, inflight
 from uniap.strategies import Strategy
 
 NOT_RECOMPUTABLE = ("embedding", "head", "patch_embed")
@@ -217,7 +217,8 @@ def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, st
     return StageProgram(A=A, G=G, Ms=Ms, Ma=Ma, R=R, Rp=Rp, allowed=ok, stages=stages * virtual_stages,
                         micro_batches=micro_batches,
                         inflight=np.array(inflight(schedule, stages, micro_batches, virtual_stages), dtype=float),
-                        memory_capacity=cluster.memory_capacity, group=groups, virtual_stages=virtual_stages)
+                        memory_capacity=cluster.memory_capacity, group=groups, virtual_stages=virtual_stages,
+                        held=held_array(stages, micro_batches, virtual_stages) if virtual_stages > 1 else None)
 
 
 def _priced(model: ModelSpec, cluster: ClusterSpec, workload: Workload, stages: int, micro_batches: int,
@@ -262,3 +263,12 @@ def _group_ids(layers) -> np.ndarray:
         ids.append(current)
         last = sig
     return np.array(ids, dtype=int)
+
+
+def held_array(stages: int, micro_batches: int, virtual_stages: int) -> np.ndarray:
+    """spec.workload.held_patterns as StageProgram.held: (P, n, v), padded with zero rows."""
+    patterns = held_patterns(stages, micro_batches, virtual_stages)
+    out = np.zeros((stages, max(len(p) for p in patterns), virtual_stages))
+    for d, rows in enumerate(patterns):
+        out[d, :len(rows)] = rows
+    return out

@@ -81,13 +81,13 @@ def recost(plan: Plan, cluster: ClusterSpec | str | None = None) -> Figures:
     except UniapError as exc:
         return _from_plan_file(plan, exc)
     # model states alone: the same program holding no activations
-    states = stage_times(replace(program, inflight=np.zeros_like(program.inflight)), stage_of, strategy_of).memory
+    states = stage_times(replace(program, inflight=np.zeros_like(program.inflight), held=None), stage_of,
+                         strategy_of).memory
     reserve = float(clus.device.reserve_bytes)
     micro = workload_of(plan).global_batch / int(plan.pipeline["micro_batches"])
     layers = [LayerFigures(flops=spec.flops * micro, params=spec.params, time=float(program.A[u, k]),
                            once=float(program.G[u, k]), states=float(program.Ms[u, k]),
-                           activations=float(program.Ma[u, k] * program.inflight[j]),
-                           held=float(program.inflight[j]))
+                           activations=float(program.Ma[u, k] * times.held[j]), held=float(times.held[j]))
               for u, (spec, j, k) in enumerate(zip(model.layers, stage_of, strategy_of))]
     return Figures(p=[float(x) for x in times.p], o=[float(x) for x in times.o], g=[float(x) for x in times.g],
                    peak=[float(m) + reserve for m in times.memory], device=float(clus.device.memory_bytes),

@@ -174,14 +174,26 @@ class Formulation:
             self.add_slot_constraint(bld, terms, groups)
         for chunks in groups:  # one device group: the sums over its chunks
             bld.row(plus(*(terms[i][2] for i in chunks), term(self.H, -1.0)), hi=0)
-            if math.isfinite(cap):
-                mem = [term(self.n[r][i], (red.Ms[run.first, run.keep] + infl[i] * red.Ma[run.first, run.keep]) / cap)
-                       for i in chunks for r, run in enumerate(runs)]
-                bld.row(plus(*mem), hi=1.0)
+        if math.isfinite(cap):
+            self.add_memory_constraint(bld, groups, infl, cap)
         if v > 1:
             self._group_count_rows(bld, groups)
             self.add_one_strategy_constraint(bld)
         bld.minimise(plus(*objective))
+
+    def add_memory_constraint(self, bld: Builder, groups, infl: np.ndarray, cap: float) -> None:
+        """Each device group's bytes fit: per chunk i its layers' static bytes and `inflight[i]` micro-batches of
+        activations, or, where the program has occupancy patterns (interleaved), one row per pattern."""
+        red, runs, program = self.reduced, self.reduced.runs, self.program
+        P = program.pipeline_degree
+        for d, chunks in enumerate(groups):
+            # per chunk i = k·P + d: micro-batches held, by pattern
+            patterns = [infl] if program.held is None else \
+                [np.repeat(h, P) for h in np.asarray(program.held, dtype=float)[d] if h.any()]
+            for held in patterns:
+                mem = [term(self.n[r][i], (red.Ms[run.first, run.keep] + held[i] * red.Ma[run.first, run.keep])
+                            / cap) for i in chunks for r, run in enumerate(runs)]
+                bld.row(plus(*mem), hi=1.0)
 
     def add_bottleneck_constraint(self, bld: Builder, terms) -> None:
         """Plain pipelines: B ≥ p_i + (o_{i−1} + o_i)/2 and B ≥ o_i for every stage i (solve.program)."""

@@ -59,6 +59,11 @@ class StageProgram:
     memory_capacity: float  # bytes per device available to the plan
     group: np.ndarray  # (L,) int; consecutive layers with equal id are identical (same rows, same R between them)
     virtual_stages: int = 1  # v: chunks per device group (interleaved 1F1B); `stages` counts chunks
+    held: np.ndarray | None = None
+    """(P, n, v) interleaved only: per device group, n occupancy vectors of its v chunks (micro-batches held at
+    once, spec.workload.held_patterns, zero rows as padding); its activation memory is the largest of
+    Σ_k held[d, n, k]·Ma of chunk k·P + d. None: each chunk holds `inflight` (exact for plain pipelines), and
+    `inflight` must then be at most the peak (the solver's bounds read it either way)."""
 
     @property
     def pipeline_degree(self) -> int:
@@ -118,6 +123,12 @@ class StageProgram:
             raise UniapError(f"memory_capacity must be positive, got {self.memory_capacity!r}")
         if not np.issubdtype(np.asarray(self.group).dtype, np.integer):
             raise UniapError("group must be an integer array")
+        if self.held is not None:
+            held = np.asarray(self.held, dtype=float)
+            if held.ndim != 3 or held.shape[0] != self.pipeline_degree or held.shape[2] != v:
+                raise UniapError(f"held must be (device groups, patterns, {v}), got shape {held.shape}")
+            if not np.all(np.isfinite(held) & (held >= 0)):
+                raise UniapError("held must be finite and non-negative")
 
 
 def _finite_non_negative(table, mask: np.ndarray) -> bool:
@@ -155,6 +166,7 @@ class StageTimes:
     g: np.ndarray  # (P,) seconds once per iteration of each device group (grad sync, optimizer)
     memory: np.ndarray  # (P,) peak bytes per device of each device group
     chunk_p: np.ndarray  # (S,) seconds per micro-batch of each chunk (= p when v = 1)
+    held: np.ndarray  # (S,) micro-batches whose activations each chunk holds at its device group's peak
 
     @property
     def bottleneck(self) -> float:
@@ -185,8 +197,8 @@ def _stages_valid(program: StageProgram, stage_of: np.ndarray) -> bool:
 
 
 def _times_many(program: StageProgram, stage_of: np.ndarray, strategies: np.ndarray) -> tuple[np.ndarray, ...]:
-    """p, o, g, memory per chunk for N assignments (N, L) sharing one stage placement: arrays (N, S), (N, S−1),
-    (N, S), (N, S) over the S = `stages` chunks (`_per_device` sums them per device group).
+    """p, o, g per chunk and memory per device group for N assignments (N, L) sharing one stage placement:
+    arrays (N, S), (N, S−1), (N, S), (N, P) over the S = `stages` chunks (`_per_device` sums per device group).
 
     Entries of disallowed strategies are read as 0 (they may hold inf/nan); callers mask such rows.
     """
@@ -200,7 +212,7 @@ def _times_many(program: StageProgram, stage_of: np.ndarray, strategies: np.ndar
     onehot[layer, stage_of] = 1.0
     p = A @ onehot
     g = G @ onehot
-    memory = Ms @ onehot + (Ma @ onehot) * np.asarray(program.inflight, dtype=float)
+    memory = _device_memory(program, Ms @ onehot, Ma @ onehot)
     o = np.zeros((n, P - 1))
     if L > 1:
         pair_ok = ok[:-1, :, None] & ok[1:, None, :]
@@ -214,6 +226,17 @@ def _times_many(program: StageProgram, stage_of: np.ndarray, strategies: np.ndar
         boundary = np.flatnonzero(~same)  # edge u crosses from stage stage_of[u] to stage_of[u] + 1
         o[:, stage_of[boundary]] = cross[:, boundary]
     return p, o, g, memory
+
+
+def _device_memory(program: StageProgram, static: np.ndarray, activation: np.ndarray) -> np.ndarray:
+    """(N, P) peak bytes per device group from per-chunk static bytes and activation bytes per micro-batch (N, S)."""
+    if program.held is None:
+        return _per_device(program, static + activation * np.asarray(program.inflight, dtype=float))
+    P, v = program.pipeline_degree, program.virtual_stages
+    per_chunk = activation.reshape(activation.shape[0], v, P)  # chunk k·P + d → [:, k, d]
+    held = np.asarray(program.held, dtype=float)
+    peak = np.stack([(per_chunk[:, :, d] @ held[d].T).max(axis=1) for d in range(P)], axis=1)
+    return _per_device(program, static) + peak
 
 
 def _per_device(program: StageProgram, per_chunk: np.ndarray) -> np.ndarray:
@@ -276,7 +299,7 @@ def evaluate_many(program: StageProgram, stage_of, strategies) -> np.ndarray:
         return out
     p, o, g, memory = _times_many(program, stage_of, strategies)
     value = _tpi(program, p, o) + _per_device(program, g).max(axis=1)
-    ok = _feasible_many(program, strategies, _per_device(program, memory))
+    ok = _feasible_many(program, strategies, memory)
     out[ok] = value[ok]
     return out
 
@@ -294,8 +317,24 @@ def stage_times(program: StageProgram, stage_of, strategy_of) -> StageTimes:
     if not _stages_valid(program, stage_of):
         raise UniapError("stages must be contiguous, in layer order and non-empty")
     p, o, g, memory = _times_many(program, stage_of, strategy_of[None, :])
-    return StageTimes(p=_per_device(program, p)[0], o=o[0], g=_per_device(program, g)[0],
-                      memory=_per_device(program, memory)[0], chunk_p=p[0])
+    return StageTimes(p=_per_device(program, p)[0], o=o[0], g=_per_device(program, g)[0], memory=memory[0],
+                      chunk_p=p[0], held=_peak_held(program, stage_of, strategy_of))
+
+
+def _peak_held(program: StageProgram, stage_of: np.ndarray, strategy_of: np.ndarray) -> np.ndarray:
+    """(S,) per chunk: the micro-batches it holds in the occupancy pattern that gives its group's peak."""
+    infl = np.asarray(program.inflight, dtype=float)
+    if program.held is None:
+        return infl.copy()
+    P = program.pipeline_degree
+    ok = np.asarray(program.allowed)
+    ma = np.where(ok, np.asarray(program.Ma, dtype=float), 0.0)[np.arange(program.layers), strategy_of]
+    per_chunk = np.bincount(stage_of, weights=ma, minlength=program.stages).reshape(program.virtual_stages, P)
+    held = np.asarray(program.held, dtype=float)
+    out = np.empty(program.stages)
+    for d in range(P):
+        out[d::P] = held[d][int(np.argmax(held[d] @ per_chunk[:, d]))]
+    return out
 
 
 def lower_bound(program: StageProgram) -> float:

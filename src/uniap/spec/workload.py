@@ -74,11 +74,10 @@ def inflight(schedule: str, stages: int, micro_batches: int, virtual_stages: int
     """Micro-batches whose activations stage i (0-based) holds at its peak; per chunk for interleaved 1F1B.
 
     GPipe runs every forward before any backward: all c are alive. 1F1B (PipeDream-flush) lets
-    stage i start backward after P − i forwards, so it holds min(c, P − i). Interleaved 1F1B: at its peak —
-    when its first backward starts — stage d holds W_d = min(c·v, (v − 1)·P + 2·(P − 1 − d) + 1) chunk
-    activations (`interleaved_order`), charged W_d / v to each of its chunks. Exact when its chunks keep equal
-    activations (the pp2·v2 demo plan's memory was predicted to 0.1 %); a stage whose first chunk is much larger
-    than its last can be under-predicted, since the first chunks fill up first.
+    stage i start backward after P − i forwards, so it holds min(c, P − i). Interleaved 1F1B: what each chunk
+    holds when its stage's first backward starts (`interleaved_order`: the first chunks fill first). That is one
+    moment of the schedule, so its memory never exceeds the peak (the solver's bounds use it); the peak itself is
+    the largest of the stage's `held_patterns`.
     """
     check_schedule(schedule)
     if schedule == "gpipe":
@@ -86,5 +85,36 @@ def inflight(schedule: str, stages: int, micro_batches: int, virtual_stages: int
     if schedule == "1f1b":
         return [min(micro_batches, stages - i) for i in range(stages)]
     v = virtual_stages
-    held = [min(micro_batches * v, (v - 1) * stages + 2 * (stages - 1 - d) + 1) / v for d in range(stages)]
-    return [held[j % stages] for j in range(stages * v)]
+    out = [0.0] * (stages * v)
+    for d in range(stages):
+        first_backward = _held_over_time(d, stages, micro_batches, v)[-1]
+        for k in range(v):
+            out[k * stages + d] = float(first_backward[k])
+    return out
+
+
+def held_patterns(stages: int, micro_batches: int, virtual_stages: int) -> list[list[list[int]]]:
+    """Per stage of an interleaved 1F1B pipeline: the micro-batches each of its v chunks holds at once, at every
+    moment no other moment dominates (a chunk's activations live from its forward to its backward). The stage's
+    peak memory is the largest of Σ_k held_k · (chunk k's activation bytes) over these: exact whatever the chunks'
+    sizes, where one count per chunk is exact only for chunks of equal activations."""
+    out = []
+    for d in range(stages):
+        moments = {tuple(h) for h in _held_over_time(d, stages, micro_batches, virtual_stages, every=True)}
+        undominated = [m for m in moments
+                       if not any(o != m and all(a >= b for a, b in zip(o, m)) for o in moments)]
+        out.append([list(m) for m in sorted(undominated)])
+    return out
+
+
+def _held_over_time(stage: int, stages: int, micro_batches: int, virtual_stages: int,
+                    every: bool = False) -> list[list[int]]:
+    """Chunk occupancy of `stage` after each of its forwards up to its first backward (every: after every op)."""
+    held = [0] * virtual_stages
+    states = []
+    for kind, chunk, _ in interleaved_order(stage, stages, micro_batches, virtual_stages):
+        if kind == "B" and not every:
+            break
+        held[chunk // stages] += 1 if kind == "F" else -1
+        states.append(list(held))
+    return states
