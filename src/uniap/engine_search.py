@@ -113,8 +113,9 @@ def engine_plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
                        max_tp=max_tp, workers=workers, max_virtual_stages=max_virtual_stages)
     started = time.perf_counter()
     schedules = ("1f1b", INTERLEAVED) if schedule == INTERLEAVED else (schedule,)
+    pipelines = rules.pipeline_why_not is None or rules.pipeline_why_not(model.config) is None
     cands = [cand for cand in candidates(model, cluster, workload, schedules, max_virtual_stages)
-             if cand[0] == 1 or schedule_of(cand, schedules) in rules.pipeline_schedules]
+             if cand[0] == 1 or (pipelines and schedule_of(cand, schedules) in rules.pipeline_schedules)]
 
     @lru_cache(maxsize=4)  # programs are megabytes each: rebuilt rather than all held (as the planner does)
     def tables(cand):

@@ -54,13 +54,13 @@ def plan_table(plan: Plan, title: str) -> Table:
     table.add_column("ranks")
     table.add_column("layers")
     table.add_column("strategies (run-length)")
-    table.add_column("time/µbatch", justify="right")
+    table.add_column("fwd+bwd per µbatch", justify="right")
     table.add_column("memory", justify="right")
     for stage in plan.stages:
         mem = pred["peak_memory_bytes"][stage.index]
         over = capacity is not None and mem > capacity
         ranks = f"{stage.ranks[0]}–{stage.ranks[-1]}" if len(stage.ranks) > 1 else str(stage.ranks[0])
-        spans = ", ".join(f"{first}–{last}" for first, last in stage.ranges)
+        spans = ", ".join(str(first) if first == last else f"{first}–{last}" for first, last in stage.ranges)
         table.add_row(str(stage.index), ranks, spans, strategy_runs(plan, stage.index),
                       fmt_time(pred["stage_time_s"][stage.index]),
                       ("[red]" if over else "") + f"{mem / GB:.1f} GB")

@@ -4,8 +4,8 @@ Engines configure a job with one strategy for all transformer blocks (tensor, da
 level, recomputation on or off) and a way to split the blocks into stages. `job_of` reduces a plan to that
 (`EngineJob`) or refuses it in one line naming the first layer that differs; `EngineRules.why_not` says what
 a given engine cannot run of it, its model architecture included. Both `uniap export` and the engine-restricted
-search (`uniap plan --engine`) read these rules, so a plan the search returns is one the export accepts, save for
-`EngineRules.pipeline_why_not` (a model the engine cannot pipeline), which the search does not read.
+search (`uniap plan --engine`) read these rules, so a plan the search returns is one the export accepts
+(`EngineRules.pipeline_why_not`, a model the engine cannot pipeline, keeps the search to pp = 1).
 
 Rank order: our stages are consecutive rank ranges with tp innermost, which is Megatron-LM's default order
 (tp, dp, pp from fastest to slowest), torchtitan's device mesh ["pp", "dp_replicate", "dp_shard", "tp"] and

@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from uniap.solve.program import MEMORY_RTOL, StageProgram, least_sends
+from uniap.solve.program import MEMORY_RTOL, StageProgram
 from uniap.solve.reduce import Reduced, reduce_program
 
 MAX_FRONT = 4096
@@ -232,70 +232,3 @@ def _best(cost_t, time_t, send, candidates, c) -> float:
         best = min(best, (c - 1) * T + dp(T))
     return float(best)
 
-
-def slot_bound(program: StageProgram, reduced: Reduced | None = None) -> float:
-    """A closed-form lower bound on an interleaved program's TPI (solve.program's slot formula), or math.inf.
-    Without `reduced` the stretches of identical layers are read from `program.group`, a promise the arrays may
-    not keep (solve.reduce), so the value only orders candidates (the UOP); it bounds nothing.
-
-    The chain's longest stretch of N identical layers (the blocks) is spread over the P device groups, each running
-    its share under one strategy (solve.reduce) that must hold the share in memory, cut into v chunks; group 0's
-    first chunk also holds the chain's first layer and group P − 1's last chunk its last. For every split of the
-    blocks between those two groups and the rest (the rest put at least ⌈rest/(P − 2)⌉ on some group), the
-    largest slot is at least the largest of the groups' least largest chunks (`_least_slot`); the bound takes the
-    least over the splits. With the chain's least total time S: Σ_d t_d ≥ S/v, the largest slot ≥ S/(P·v) and
-    ≥ the slowest layer, Σ o ≥ the cheapest P·v − 1 sends, max g ≥ Σ least G / P."""
-    P, v, c = program.pipeline_degree, program.virtual_stages, program.micro_batches
-    ok = np.asarray(program.allowed)
-    if not ok.any(axis=1).all():
-        return math.inf
-    A, G, Ms, Ma = (np.where(ok, np.asarray(t, dtype=float), 0.0) for t in (program.A, program.G, program.Ms,
-                                                                            program.Ma))
-    A = np.where(ok, A, math.inf)
-    least = A.min(axis=1)
-    S = float(least.sum())
-    slot = max(S / (P * v), float(least.max()))
-    if reduced is not None:
-        spans = [span for span, _ in reduced.shared()]
-    else:
-        starts = np.flatnonzero(np.diff(np.asarray(program.group), prepend=-1) != 0)
-        spans = [(int(a), int(b - a)) for a, b in zip(starts, [*starts[1:], program.layers]) if b - a > 1]
-    if spans:
-        first, N = max(spans, key=lambda span: span[1])
-        infl = float(np.asarray(program.inflight, dtype=float).min())
-        cap = float(program.memory_capacity) * (1 + MEMORY_RTOL)
-        per_layer = Ms[first] + infl * Ma[first]
-        counts = np.arange(N + 1)
-        with np.errstate(invalid="ignore"):  # 0 layers × inf: no strategy needed
-            fits = ok[first][None, :] & (counts[:, None] * per_layer[None, :] <= cap)
-        fastest = np.where(fits, A[first][None, :], math.inf).min(axis=1)  # (N + 1,) the fastest that holds n
-        fastest[0] = 0.0
-        ends = (float(least[0]) if first > 0 else 0.0, float(least[-1]) if first + N < program.layers else 0.0)
-        head = [_least_slot(counts, v, fastest, ends[0]), _least_slot(counts, v, fastest, ends[1])]
-        if P == 2:
-            best = np.maximum(head[0], head[1][::-1]).min()  # group 1 holds what group 0 does not
-        else:
-            rest = N - counts[:, None] - counts[None, :]  # (n_0, n_{P−1}) → blocks left for the P − 2 others
-            share = np.where(rest >= 0, -(-np.maximum(rest, 0) // (P - 2)), 0)
-            middle = np.where(rest >= 0, _least_slot(np.arange(N + 1), v, fastest, 0.0)[share], math.inf)
-            best = np.maximum(np.maximum(head[0][:, None], head[1][None, :]), middle).min()
-        slot = max(slot, float(best))
-    least_G = float(np.where(ok, G, math.inf).min(axis=1).sum())
-    return S / v + least_sends(program, ok) + (c * v - 1) * slot + least_G / P
-
-
-def _least_slot(counts: np.ndarray, v: int, fastest: np.ndarray, extra: float) -> np.ndarray:
-    """(len(counts),) the least largest chunk of a group holding n identical layers (n in `counts`) under one
-    strategy of time fastest[n], cut into v chunks, one of which also holds a layer of time `extra`: with κ ≥ ⌈n/v⌉
-    layers in the fullest chunk, the extra's chunk still holds n − (v − 1)·κ of them, so the largest chunk is
-    max(κ·a, extra + (n − (v − 1)·κ)·a), least where the two meet."""
-    n = counts.astype(float)
-    a = fastest[counts]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(a > 0, extra / a, math.inf)
-        low = np.ceil(n / v)
-        meet = np.maximum(low, np.ceil((ratio + n) / v))  # the least κ with κ ≥ extra/a + n − (v − 1)·κ
-        below = np.where(meet - 1 >= low, ratio + np.maximum(n - (v - 1) * (meet - 1), 0), math.inf)
-        out = a * np.minimum(meet, below)
-    out = np.where(a > 0, out, extra)
-    return np.where(counts == 0, extra, np.where(np.isfinite(a), out, math.inf))

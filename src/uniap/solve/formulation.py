@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from uniap.solve.linear import Builder, Expr, LinearModel, minus, plus, scaled, term
-from uniap.solve.program import SEND_HIDING, StageProgram, chunk_slots, lower_bound, stage_times
+from uniap.solve.program import SEND_HIDING, StageProgram, interleaved_slots, lower_bound, stage_times
 from uniap.solve.reduce import Reduced, Run
 
 
@@ -89,10 +89,12 @@ class Formulation:
         self.EC = [bld.variables((last_stage, runs[r].classes, runs[r + 1].classes), 0, 1)
                    for r in range(len(runs) - 1)]
         slowest = max(float(np.min(reduced.A[run.first, run.keep], initial=0.0)) for run in runs)
-        self.B = bld.variables(1, slowest / self.scale)[0]  # the bottleneck; interleaved: the largest slot
+        # the bottleneck (≥ the slowest layer); interleaved: the steady state's slot, which excess can undercut
+        self.B = bld.variables(1, slowest / self.scale if program.virtual_stages == 1 else 0.0)[0]
         self.H = bld.variables(1)[0]
         if program.virtual_stages > 1:
-            self.slot = bld.variables(program.pipeline_degree)  # t_d: group d's largest chunk (and ≥ 1.5 sends)
+            self.slot = bld.variables(program.pipeline_degree)  # b_d: group d's slot (solve.program)
+            self.excess = bld.variables(P)  # each chunk's time beyond its group's slot
             self.send = bld.variables(1)[0]  # the largest send
         self._rows(bld, program, reduced)
         self.model: LinearModel = bld.model()
@@ -170,7 +172,8 @@ class Formulation:
             objective += [term(self.B, program.micro_batches - 1)] + [p for p, _, _ in terms]
             self.add_bottleneck_constraint(bld, terms)
         else:
-            objective += [term(self.B, program.micro_batches * v - 1), term(self.slot)]
+            objective += [term(self.B, program.micro_batches * v - 1), term(self.slot),
+                          term(self.excess, float(program.micro_batches))]
             self.add_slot_constraint(bld, terms, groups)
         for chunks in groups:  # one device group: the sums over its chunks
             bld.row(plus(*(terms[i][2] for i in chunks), term(self.H, -1.0)), hi=0)
@@ -205,10 +208,11 @@ class Formulation:
             bld.row(plus(p, *around, term(self.B, -1.0)), hi=0)
 
     def add_slot_constraint(self, bld: Builder, terms, groups) -> None:
-        """Interleaved: t_d ≥ every chunk of group d and ≥ 1.5 × the largest send, B ≥ every t_d (solve.program)."""
+        """Interleaved: each chunk's excess ≥ its time − its group's slot b_d, b_d ≥ 1.5 × the largest send,
+        B ≥ every b_d (solve.program)."""
         for d, chunks in enumerate(groups):
             for i in chunks:
-                bld.row(plus(terms[i][0], term(self.slot[d], -1.0)), hi=0)
+                bld.row(plus(terms[i][0], term(self.slot[d], -1.0), term(self.excess[i], -1.0)), hi=0)
             bld.row(plus(term(self.send, SEND_HIDING), term(self.slot[d], -1.0)), hi=0)
             bld.row(plus(term(self.slot[d]), term(self.B, -1.0)), hi=0)
         for _, o, _ in terms:
@@ -369,10 +373,11 @@ class Formulation:
         if program.virtual_stages == 1:
             x[self.B] = max(times.bottleneck / self.scale, self.model.lb[self.B])
             return x
-        slots = chunk_slots(program, times.chunk_p[None, :], times.o[None, :])[0] / self.scale
-        x[self.slot] = slots
+        _, B, slots, excess = interleaved_slots(program, times.chunk_p[None, :], times.o[None, :])
+        x[self.slot] = slots[0] / self.scale
+        x[self.excess] = excess[0] / self.scale
         x[self.send] = times.o.max(initial=0.0) / self.scale
-        x[self.B] = max(slots.max(), self.model.lb[self.B])
+        x[self.B] = max(B[0] / self.scale, self.model.lb[self.B])
         return x
         return x
 

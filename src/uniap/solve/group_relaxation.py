@@ -11,11 +11,12 @@ MILP keeps the first and only counts the second; per run r of identical layers (
 * every layer has one edge out and one edge in (the chain's first and last layers one fewer), group d has
   v boundaries out (v − 1 for group P − 1, whose last chunk ends the chain), the run-to-run edge is one edge,
   and a layout class a group uses is entered from outside it (no single-class closed walks);
-* a_d = Σ A·N + Σ R over its inner edges, o_d = Σ Rp over its boundaries, g_d = Σ G·N, B ≥ a_d, o_d, H ≥ g_d,
+* a_d = Σ A·N + Σ R over its inner edges, o_d = Σ Rp over its boundaries, g_d = Σ G·N, H ≥ g_d; the slot
+  terms of solve.program over the group's totals (`add_slot_constraint`);
   memory Σ (Ms + inflight·Ma)·N ≤ capacity at the least in-flight count of the group's chunks;
-* objective (Σ a + Σ o)/v + (c − 1/v)·B + H, the TPI of solve.program.
+* objective Σ b + (c·v − 1)·B + c·Σ e + Σ o + H, the TPI of solve.program with each group's excess summed.
 
-Every plan maps to a point whose objective is its TPI, so the optimum is a lower bound on the program. What the
+Every plan maps to a point whose objective is at most its TPI, so the optimum is a lower bound on the program. What the
 counts forget is only that each chunk is one path of layers (they allow closed walks) and where the chunks sit,
 so the bound is attained on the zoo models. A coarser form (`edges=False`) drops the edge counts: sends at the
 P·v − 1 cheapest edges, no resharding, each group at least v layers; every plan's point then costs at most its
@@ -55,9 +56,11 @@ class GroupRelaxation:
         for r, run in enumerate(runs):
             self.add_placement_constraint(bld, r, run.length)
         self.add_one_strategy_constraint(bld)
-        self.slot = bld.variables(P)
+        self.slot = bld.variables(P)  # b_d (solve.program)
+        self.excess = bld.variables(P)  # Σ over group d's chunks of their time beyond b_d
         least = least_sends(program, np.asarray(program.allowed)) / scale
-        objective = [term(self.B, program.micro_batches * v - 1), term(self.H), term(self.slot)]
+        objective = [term(self.B, program.micro_batches * v - 1), term(self.H), term(self.slot),
+                     term(self.excess, float(program.micro_batches))]
         if edges:
             self._edge_variables(bld)
             self.add_chain_ends_constraint(bld)
@@ -214,17 +217,17 @@ class GroupRelaxation:
             bld.row(plus(*(term(n[d]) for n in self.N)), v)
 
     def add_slot_constraint(self, bld: Builder, d: int, a: Expr, o: Expr) -> None:
-        """Group d's slot t_d (its largest chunk, solve.program) is at least the mean of its v chunks and 1.5 × the
-        mean of its sends; B ≥ t_d. What the mean forgets is that chunks hold whole layers (80 blocks in 28 chunks
-        give a chunk of 3, not 2.86) and that a single layer such as the head sits in one chunk. With κ the most
-        layers of a run that one of d's chunks holds (v·κ ≥ N, κ ≤ N), that chunk takes at least the sum of the κ
-        fastest of the group's layers, and every chunk, the head's too, holds at least N − (v − 1)·κ of them. "The
-        q fastest" is min Σ_j A_j·y_j over Σ y = q, 0 ≤ y_j ≤ N_j, whose LP dual gives one valid row per price λ:
-        t_d ≥ λ·q − Σ_j (λ − A_j)⁺·N_j; the rows for λ at each A_j make it exact. (Groups with several long runs
-        get the κ rows of each, and no head rows.)"""
+        """Group d's slot b_d ≤ B, at least 1.5 × the mean of its sends, and its chunks' excess over it
+        e_d ≥ a_d − v·b_d (solve.program). b_d + e_d is at least the group's largest chunk, which whole layers
+        bound from below: with κ the most layers of a run that one of d's chunks holds (v·κ ≥ N, κ ≤ N), that
+        chunk takes at least the sum of the κ fastest of the group's layers, and every chunk, the head's too,
+        holds at least N − (v − 1)·κ of them. "The q fastest" is min Σ_j A_j·y_j over Σ y = q, 0 ≤ y_j ≤ N_j,
+        whose LP dual gives one valid row per price λ: ≥ λ·q − Σ_j (λ − A_j)⁺·N_j; the rows for λ at each A_j
+        make it exact. (Groups with several long runs get the κ rows of each, and no head rows.)"""
         v, red, tau = self.program.virtual_stages, self.reduced, self.scale
         t = self.slot[d]
-        bld.row(plus(scaled(a, 1 / v), term(t, -1.0)), hi=0)
+        largest = plus(term(t, -1.0), term(self.excess[d], -1.0))  # − (b_d + e_d) ≥ − the largest chunk
+        bld.row(plus(a, term(t, -float(v)), term(self.excess[d], -1.0)), hi=0)  # e_d ≥ a_d − v·b_d
         if len(o[0]):
             bld.row(plus(scaled(o, SEND_HIDING / v), term(t, -1.0)), hi=0)
         bld.row(plus(term(t), term(self.B, -1.0)), hi=0)
@@ -239,7 +242,7 @@ class GroupRelaxation:
             fills.append((kappa, self.N[r][d], red.A[run.first, run.keep] / tau, most > 0))
         for kappa, counts, A, usable in fills:
             for lam in np.unique(A[usable]):  # the largest chunk: κ layers, at least its κ fastest
-                bld.row(plus(term(kappa, lam), term(counts, -np.maximum(lam - A, 0.0)), term(t, -1.0)), hi=0)
+                bld.row(plus(term(kappa, lam), term(counts, -np.maximum(lam - A, 0.0)), largest), hi=0)
         for r, run in enumerate(red.runs):
             if run.length > 1 or not self.most[r][d].any() or len(fills) != 1:
                 continue
@@ -254,7 +257,7 @@ class GroupRelaxation:
                         hi=big)  # only for the group that holds the layer
             for lam in np.unique(A[usable]):
                 bld.row(plus(alone, term(counts, lam - np.maximum(lam - A, 0.0)), term(kappa, -(v - 1) * lam),
-                             term(t, -1.0)), hi=0)
+                             largest), hi=0)
 
     def _edges_inside(self, d: int, r: int) -> list[Expr]:
         """Resharding on the edges into and out of single-layer run r where they fall inside one of group d's

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from uniap.errors import UniapError
 from uniap.solve.backends import HIGHS_SMALL, GurobiBackend, HighsBackend
-from uniap.solve.bounds import partition_bound, slot_bound
+from uniap.solve.bounds import partition_bound
 from uniap.solve.formulation import Formulation, scale_of
 from uniap.solve.group_relaxation import GroupRelaxation, chain_plan
 from uniap.solve.program import Solution, StageProgram, evaluate, lower_bound
@@ -38,6 +38,8 @@ class Outcome:
 
     solution: Solution | None
     status: str  # "optimal" | "feasible" (limit hit, plan kept) | "infeasible" | "cutoff" | "timeout" (no plan)
+    #            | "deferred" (asked to: the relaxation settled nothing, and `bound` is what it proved)
+    bound: float = -math.inf
 
 
 def available_solvers() -> list[str]:
@@ -61,8 +63,11 @@ def solve(program: StageProgram, solver: str = "highs", time_limit: float | None
 
 
 def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: float | None = None,
-                  cutoff: float | None = None, fold: bool = True, mip_gap: float = 0.0) -> Outcome:
-    """`solve`, also saying why no plan came back (the UOP records it)."""
+                  cutoff: float | None = None, fold: bool = True, mip_gap: float = 0.0,
+                  defer: bool = False) -> Outcome:
+    """`solve`, also saying why no plan came back (the UOP records it). `defer`: an interleaved program whose
+    device-group relaxation neither cuts it off nor is attained comes back "deferred" with the relaxation's bound
+    instead of going on to the chunk MILP, so the UOP can solve it last, when the incumbent is at its best."""
     if solver not in SOLVERS:
         raise UniapError(f"unknown solver '{solver}' (choose from {', '.join(SOLVERS)})")
     if importlib.util.find_spec(SOLVERS[solver]) is None:
@@ -76,8 +81,6 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
         # the MILP itself is faster. (Interleaved programs are bounded per device group: _by_group.)
         bound = max(bound, partition_bound(program, cutoff))
     reduced = reduce_program(program, fold)
-    if program.virtual_stages > 1:  # closed form, before any MILP is built
-        bound = max(bound, slot_bound(program, reduced))
     if bound == math.inf:
         return Outcome(None, "infeasible")
     if cutoff is not None and bound >= cutoff:
@@ -88,7 +91,9 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
         status, plan, best_bound = _scip(program, deadline, cutoff, mip_gap)
     else:
         backend = HighsBackend if solver == "highs" else GurobiBackend
-        status, plan, best_bound = _linear(program, reduced, backend, deadline, cutoff, mip_gap)
+        status, plan, best_bound = _linear(program, reduced, backend, deadline, cutoff, mip_gap, defer)
+        if status == "deferred":
+            return Outcome(None, "deferred", max(best_bound, bound))
     value = evaluate(program, *plan) if plan is not None else math.inf
     if plan is None or (cutoff is not None and value >= cutoff):
         if status == "infeasible":
@@ -105,9 +110,10 @@ def _remaining(deadline: float | None) -> float | None:
     return None if deadline is None else max(deadline - time.perf_counter(), 0.0)
 
 
-def _linear(program, reduced, backend_cls, deadline, cutoff, mip_gap):
+def _linear(program, reduced, backend_cls, deadline, cutoff, mip_gap, defer=False):
     """Sub-tour cut loop. Returns (status, plan, lower bound in seconds); status "optimal" only when the last MILP
-    was solved to optimality and its point needed no repair (its plan then attains the bound)."""
+    was solved to optimality and its point needed no repair (its plan then attains the bound); "deferred" (with
+    `defer`) where the device-group relaxation leaves the program to the chunk MILP."""
     if any(len(run.keep) == 0 for run in reduced.runs):
         return "infeasible", None, math.inf
     formulation = functools.cache(lambda: Formulation(program, reduced))  # built only once it is needed
@@ -116,6 +122,8 @@ def _linear(program, reduced, backend_cls, deadline, cutoff, mip_gap):
         status, bound, arranged = _by_group(program, reduced, formulation, backend_cls, deadline, cutoff)
         if status != "optimal" or arranged is not None:
             return status, arranged, bound
+        if defer:
+            return "deferred", None, bound
     form = formulation()
     tau = form.scale
     backend = backend_cls(form.model)

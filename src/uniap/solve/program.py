@@ -12,15 +12,15 @@ gradient back) and its once-per-iteration time,
 real schedule then costs a little extra, and one that does not is never under-priced).
 
 The interleaved 1F1B schedule (Narayanan et al. 2021 §2.2) has v = `virtual_stages` pieces ("chunks") per
-device group, chunk j on group j mod P, P = stages / v. Every chunk slot of group d is priced at its largest
-chunk, t_d = max(max_{j on d} p_j, 1.5 · max_j o_j) (the send waits behind a chunk's forward, a third of it):
+device group, chunk j on group j mod P, P = stages / v. Its steady state has c·v − 1 slots of a length B the
+formula chooses; a chunk longer than its group's slot b_d = min(B, the group's largest chunk) adds its excess
+once per micro-batch, and no slot is shorter than 1.5 sends (a send waits behind a chunk's forward, a third of it):
 
-    TPI = Σ_d t_d + Σ_j o_j + (c·v − 1) · max_d t_d + max g
+    TPI = min_B [Σ_d b_d + (c·v − 1)·B + c·Σ_j (p_j − b_d(j))⁺] + Σ_j o_j + max g
 
-one slot per group and every send once to fill and drain, c·v − 1 slots of the slowest in the steady state.
-On equal chunks this is the standard (c·v + P − 1)·t; on unequal ones the schedule's order makes the short
-chunks wait for the long ones, so pricing by the mean (as before) under-predicted by up to 1.47× and the solver
-exploited it. Both formulas bound the event simulation of the schedules' operation order from above
+one slot per group and every send once to fill and drain the pipeline. On equal chunks this is the standard
+(c·v + P − 1)·t; on unequal ones the schedule's order makes the short chunks wait for the long ones, so pricing
+by the mean (as before) under-predicted by up to 1.47× and the solver exploited it. Both formulas bound the event simulation of the schedules' operation order from above
 (report.timeline; tests/solve/test_schedule_bounds.py checks it on random programs and on the plans the
 solver returns). Memory is summed over a group's chunks. The MILP, the reference solver, `estimate`, the
 baselines and the report all call `evaluate`, so a plan's predicted time is the same number everywhere; the
@@ -269,8 +269,28 @@ def _tpi(program: StageProgram, p: np.ndarray, o: np.ndarray) -> np.ndarray:
     sends = o.sum(axis=1)
     if v == 1:
         return p.sum(axis=1) + sends + (c - 1) * _plain_bottleneck(p, o)
-    slot = chunk_slots(program, p, o)
-    return slot.sum(axis=1) + sends + (c * v - 1) * slot.max(axis=1)
+    return interleaved_slots(program, p, o)[0] + sends
+
+
+def interleaved_slots(program: StageProgram, p: np.ndarray, o: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The interleaved steady state of N plans (per-chunk times p (N, S), sends o (N, S − 1)): (value (N,), slot
+    B (N,), group slots b (N, P), excess (N, S)) minimising
+
+        Σ_d b_d + (c·v − 1)·B + c·Σ_j (p_j − b_d(j))⁺,   b_d = max(min(B, largest chunk of d), 1.5·max o) ≤ B
+
+    over B: every slot of the steady state lasts B, a chunk longer than its group's b_d adds its excess once
+    per micro-batch. The minimum is at one of the chunk times (or at 1.5·max o), so those are tried."""
+    c, v, P = program.micro_batches, program.virtual_stages, program.pipeline_degree
+    n, S = p.shape
+    floor = SEND_HIDING * o.max(axis=1, initial=0.0)  # (N,)
+    largest = np.maximum(p.reshape(n, v, P).max(axis=1), floor[:, None])  # (N, P), chunk j = k·P + d
+    trial = np.maximum(np.concatenate([p, floor[:, None]], axis=1), floor[:, None])  # (N, T) candidate B
+    b = np.minimum(trial[:, :, None], largest[:, None, :])  # (N, T, P)
+    excess = np.maximum(p[:, None, :] - np.tile(b, (1, 1, v)), 0.0)  # (N, T, S): chunk j against b of j mod P
+    value = b.sum(axis=2) + (c * v - 1) * trial + c * excess.sum(axis=2)
+    best = value.argmin(axis=1)
+    rows = np.arange(n)
+    return value[rows, best], trial[rows, best], b[rows, best], excess[rows, best]
 
 
 def _plain_bottleneck(p: np.ndarray, o: np.ndarray) -> np.ndarray:
@@ -278,13 +298,6 @@ def _plain_bottleneck(p: np.ndarray, o: np.ndarray) -> np.ndarray:
     zero = np.zeros((p.shape[0], 1))
     around = (np.concatenate([zero, o], axis=1) + np.concatenate([o, zero], axis=1)) / 2
     return np.maximum((p + around).max(axis=1), o.max(axis=1, initial=0.0))
-
-
-def chunk_slots(program: StageProgram, p: np.ndarray, o: np.ndarray) -> np.ndarray:
-    """(N, P) the interleaved slot t_d of each device group: its largest chunk, and at least 1.5 sends."""
-    P = program.pipeline_degree
-    largest = p.reshape(p.shape[0], -1, P).max(axis=1)  # chunk j = k·P + d
-    return np.maximum(largest, SEND_HIDING * o.max(axis=1, initial=0.0)[:, None])
 
 
 def evaluate_many(program: StageProgram, stage_of, strategies) -> np.ndarray:

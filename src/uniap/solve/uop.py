@@ -3,11 +3,14 @@
 Candidates (e.g. (pipeline degree, micro-batch count) pairs) are independent programs. They are ordered by a
 cheap lower bound on their TPI and solved most promising first, each with the best TPI found so far as cut-off,
 so a candidate that cannot win is dropped: before solving when its cheap bound already loses, or inside `solve`
-by the stronger partition bound or the MILP itself.
+by the stronger partition bound or the MILP itself. An interleaved candidate that its device-group relaxation
+neither cuts off nor settles goes back in the queue with the relaxation's bound, and its chunk MILP runs only
+once the candidates that may beat it are settled.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import multiprocessing
 import os
@@ -19,7 +22,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from uniap.solve import backends
-from uniap.solve.bounds import slot_bound
 from uniap.solve.milp import Outcome, solve_outcome
 from uniap.solve.program import Solution, StageProgram, evaluate_many, lower_bound
 
@@ -74,7 +76,7 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
     deadline = None if time_limit is None else started + float(time_limit)
     workers = min(os.cpu_count() or 1, 2) if workers is None else max(1, int(workers))
     records: dict[int, CandidateRecord] = {}
-    queue: list[tuple[int, float, float, int]] = []  # (tier, order, lower bound, candidate index)
+    queue: list[tuple[int, float, int]] = []  # (tier, lower bound, candidate index)
     guess: tuple[int, Solution] | None = None
     unbounded: list[int] = []  # not even built before the deadline (a plan was in hand already)
     for index, candidate in enumerate(candidates):
@@ -90,10 +92,7 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
         if bound == math.inf:
             records[index] = CandidateRecord(candidate, math.inf, None, "infeasible", 0.0)
             continue
-        # Interleaved candidates in order of their slot bound: the one that wins then comes early, and its
-        # incumbent cuts off the others before their relaxations are built.
-        order = max(bound, slot_bound(program)) if program.virtual_stages > 1 else bound
-        queue.append((tier(program) if tier else 0, order, bound, index))
+        queue.append((tier(program) if tier else 0, bound, index))
         if guess is not None and bound >= guess[1].objective:
             continue  # its uniform plan costs at least its bound: it cannot be the better incumbent
         uniform = uniform_guess(program)
@@ -117,14 +116,15 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
             if _worth_workers(queue, state, solve_times, workers):
                 break
             serial_until = math.inf
-        _, _, bound, index = queue.pop(0)
+        tier_of, bound, index = queue.pop(0)
         if state.skip(index, bound, deadline):
             continue
         solve_started = time.perf_counter()
         outcome = solve_outcome(build(candidates[index]), solver=solver, time_limit=_left(deadline),
-                                cutoff=state.cutoff())
+                                cutoff=state.cutoff(), defer=index not in state.deferred)
         solve_times.append(time.perf_counter() - solve_started)
-        state.settle(index, bound, outcome, solve_times[-1])
+        if not state.defer(queue, (tier_of, bound, index), outcome, solve_times[-1]):
+            state.settle(index, bound, outcome, solve_times[-1] + state.deferred.get(index, 0.0))
     if queue:
         _parallel(queue, build, state, solver, deadline, workers)
     ordered = [records[i] for i in range(len(candidates))]
@@ -152,7 +152,7 @@ def _worth_workers(queue, state: "_State", solve_times: list[float], workers: in
     incumbent, at the median solve time so far (one long solve of the winner says little of the rest), shared by
     the workers instead of solved one after the other."""
     cutoff = state.cutoff()
-    left = sum(1 for entry in queue if cutoff is None or entry[1] < cutoff)  # by the order key: a guess anyway
+    left = sum(1 for entry in queue if cutoff is None or entry[1] < cutoff)
     typical = float(np.median(solve_times)) if solve_times else 0.0
     return left * typical * (1 - 1 / workers) > WORKER_START_S
 
@@ -169,18 +169,21 @@ def _parallel(queue, build, state: "_State", solver: str, deadline: float | None
             while pending and len(running) < workers:
                 if running and pending[0][0] > max(entry[3] for entry in running.values()):
                     break  # the next tier waits for the incumbent of this one
-                tier, _, bound, index = pending.pop(0)
+                tier, bound, index = pending.pop(0)
                 if state.skip(index, bound, deadline):
                     continue
                 future = pool.submit(solve_outcome, build(state.candidates[index]), solver=solver,
-                                     time_limit=_left(deadline), cutoff=state.cutoff())
+                                     time_limit=_left(deadline), cutoff=state.cutoff(),
+                                     defer=index not in state.deferred)
                 running[future] = (index, bound, time.perf_counter(), tier)
             if not running:
                 continue
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
-                index, bound, submitted, _ = running.pop(future)
-                state.settle(index, bound, future.result(), time.perf_counter() - submitted)
+                index, bound, submitted, tier = running.pop(future)
+                seconds = time.perf_counter() - submitted
+                if not state.defer(pending, (tier, bound, index), future.result(), seconds):
+                    state.settle(index, bound, future.result(), seconds + state.deferred.get(index, 0.0))
 
 
 def _left(deadline: float | None) -> float | None:
@@ -198,6 +201,7 @@ class _State:
         self.solved = 0
         self.skipped = 0
         self.unbounded = 0
+        self.deferred: dict[int, float] = {}  # candidates sent back once, with the seconds their first solve took
 
     def cutoff(self) -> float | None:
         return None if self.best is None else self.best.objective
@@ -218,6 +222,16 @@ class _State:
         else:
             return False
         self._tick()
+        return True
+
+    def defer(self, queue: list, entry: tuple[int, float, int], outcome: Outcome, seconds: float) -> bool:
+        """Put a deferred candidate back in the queue, in order, with the bound its relaxation proved: it is solved
+        in full after the candidates that may beat it, or skipped if one does."""
+        if outcome.status != "deferred":
+            return False
+        tier, bound, index = entry
+        self.deferred[index] = seconds
+        bisect.insort(queue, (tier, max(bound, outcome.bound), index))
         return True
 
     def settle(self, index: int, bound: float, outcome: Outcome, seconds: float) -> None:
