@@ -108,7 +108,7 @@ def test_held_patterns_bound_every_moment_of_the_schedule():
     moments of it: the largest Σ held·Ma over them is the peak for any chunk sizes."""
     from uniap.spec.workload import held_patterns, interleaved_order
 
-    for P, c, v in ((2, 4, 2), (4, 8, 2), (4, 16, 3), (3, 6, 4)):
+    for P, c, v in ((2, 4, 2), (4, 8, 2), (4, 16, 3), (3, 6, 4), (2, 24, 3), (4, 40, 2)):
         patterns = held_patterns(P, c, v)
         for d in range(P):
             held, seen = [0] * v, set()

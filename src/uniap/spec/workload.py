@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+
+import numpy as np
 
 from uniap.errors import UniapError
 
@@ -87,7 +90,7 @@ def inflight(schedule: str, stages: int, micro_batches: int, virtual_stages: int
     v = virtual_stages
     out = [0.0] * (stages * v)
     for d in range(stages):
-        first_backward = _held_over_time(d, stages, micro_batches, v)[-1]
+        first_backward = _held_over_time(d, stages, min(micro_batches, 4 * stages), v)[-1]  # as _undominated
         for k in range(v):
             out[k * stages + d] = float(first_backward[k])
     return out
@@ -98,17 +101,28 @@ def held_patterns(stages: int, micro_batches: int, virtual_stages: int) -> list[
     moment no other moment dominates (a chunk's activations live from its forward to its backward). The stage's
     peak memory is the largest of Σ_k held_k · (chunk k's activation bytes) over these: exact whatever the chunks'
     sizes, where one count per chunk is exact only for chunks of equal activations."""
-    out = []
-    for d in range(stages):
-        moments = {tuple(h) for h in _held_over_time(d, stages, micro_batches, virtual_stages, every=True)}
-        undominated = [m for m in moments
-                       if not any(o != m and all(a >= b for a, b in zip(o, m)) for o in moments)]
-        out.append([list(m) for m in sorted(undominated)])
-    return out
+    # After the warm-up both the forward and the backward stream cycle through the chunks with a period of P·v
+    # micro-batch chunks, so what a stage holds repeats, and the drain only releases: four rounds of P
+    # micro-batches (a prefix of the order for any c) pass through every moment no later one exceeds.
+    rounds = min(micro_batches, 4 * stages)
+    return [[list(m) for m in _undominated(d, stages, rounds, virtual_stages)] for d in range(stages)]
 
 
+@functools.lru_cache(maxsize=4096)
+def _undominated(stage: int, stages: int, micro_batches: int, virtual_stages: int) -> tuple[tuple[int, ...], ...]:
+    """The stage's occupancy vectors that no other one covers (each candidate of a search asks again: cached)."""
+    moments = np.array(sorted(set(_held_over_time(stage, stages, micro_batches, virtual_stages, every=True))))
+    moments = moments[np.argsort(-moments.sum(axis=1), kind="stable")]
+    kept = moments[:0]
+    for m in moments:  # a vector is only covered by one with at least its total: those come first
+        if not (kept >= m).all(axis=1).any():
+            kept = np.vstack([kept, m])
+    return tuple(sorted(tuple(int(x) for x in k) for k in kept))
+
+
+@functools.lru_cache(maxsize=4096)
 def _held_over_time(stage: int, stages: int, micro_batches: int, virtual_stages: int,
-                    every: bool = False) -> list[list[int]]:
+                    every: bool = False) -> tuple[tuple[int, ...], ...]:
     """Chunk occupancy of `stage` after each of its forwards up to its first backward (every: after every op)."""
     held = [0] * virtual_stages
     states = []
@@ -116,5 +130,5 @@ def _held_over_time(stage: int, stages: int, micro_batches: int, virtual_stages:
         if kind == "B" and not every:
             break
         held[chunk // stages] += 1 if kind == "F" else -1
-        states.append(list(held))
-    return states
+        states.append(tuple(held))
+    return tuple(states)
