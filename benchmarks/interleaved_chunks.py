@@ -151,10 +151,9 @@ def predictions(plans: dict, cluster) -> dict:
         if getattr(fig, "note", ""):
             raise UniapError(f"{name}: {fig.note}")
         program, stage_of, strategy_of = cost_plan(plan, build_layers(plan.model_config(), SEQ_LEN), cluster)
-        memory = stage_times(program, stage_of, strategy_of).memory
-        states = stage_times(replace(program, inflight=np.zeros_like(program.inflight)), stage_of,
-                             strategy_of).memory
-        held = np.asarray(program.inflight, dtype=float)[stage_of]  # per layer: what its chunk is charged
+        times = stage_times(program, stage_of, strategy_of)
+        memory, states = times.memory, fig.states  # the report's split: model states, and activations at the peak
+        held = times.held[stage_of]  # per layer: what its chunk holds at its stage's peak
         per_micro = [0.0] * program.stages
         for u, (j, k) in enumerate(zip(stage_of, strategy_of)):
             per_micro[int(j)] += float(program.Ma[u, k])
@@ -302,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{p['activation_bytes'][s] / MB:>9.2f} {p['walked_activation_bytes'][s] / MB:>8.2f} "
                   f"{meas_act / MB:>9.2f} {(p['activation_bytes'][s] - meas_act) / meas_act:>+7.1%}")
     print("  (err = (predicted − measured) / measured: negative is an under-prediction; held/chunk: micro-batches "
-          "the in-flight formula charges each of the stage's chunks)")
+          "each of the stage's chunks holds at its peak, from the first chunk on)")
     for s in range(STAGES):  # the ratio cancels the per-layer bytes' own error, as the time ratio does
         act = {n: memory[n][s] - pred[n]["states_bytes"][s] for n in names}
         print(f"  stage {s} activations {other} / {base}: measured {act[other] / act[base]:.3f}, formula "

@@ -1,6 +1,8 @@
+import importlib.util
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -24,3 +26,18 @@ def cli_json():
         proc = run_cli(*args, "--format", "json")
         return json.loads(proc.stdout)
     return call
+
+
+def load_benchmark(name: str):
+    """A script of benchmarks/ as a module, so a test checks what the benchmark itself prints."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def benchmark_module():
+    return load_benchmark

@@ -4,30 +4,17 @@ tiny-llama, tp2 and tp2·sp, metered with the runtime's ActivationMeter)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "sp_activation_memory.py"
 # What the charge leaves out (Korthikanti et al. 2022 count only tensors of the activations' size): one fp32
 # 1/rms or mean and 1/std per row and norm, attention's log-sum-exp per row and head, rotary's cos/sin tables
 # (per micro-batch, not per sample: 3.4 % of tiny-llama's tp2·sp block at micro-batch 2), the loss's targets.
 TOLERANCE = 0.05
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("sp_activation_memory", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
-def measured():
-    bench = _bench()
+def measured(benchmark_module):
+    bench = benchmark_module("sp_activation_memory")
     rows = bench.measure()
     return rows, bench.savings(rows)
 
