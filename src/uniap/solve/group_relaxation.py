@@ -44,7 +44,7 @@ class GroupRelaxation:
         """`edges` False: the coarser MILP without edge counts — sends at the P·v − 1 cheapest edges of the chain,
         no resharding, each group at least v layers. Weaker, and often faster to cut off."""
         P, v = program.pipeline_degree, program.virtual_stages
-        self.program, self.reduced, self.scale = program, reduced, scale
+        self.program, self.reduced, self.scale, self.edges = program, reduced, scale, edges
         runs = reduced.runs
         bld = Builder()
         # Without edges a strategy is seen only through A, G, Ms, Ma: one that another beats in all four (of any
@@ -248,7 +248,7 @@ class GroupRelaxation:
                 continue
             kappa, counts, A, usable = fills[0]  # the chunk of a single layer (the head) holds N − (v − 1)·κ too
             alone = plus(term(self.N[r][d], red.A[run.first, run.keep] / tau), *self._edges_inside(d, r))
-            if hasattr(self, "Z") and r in (0, len(red.runs) - 1) and len(red.runs) > 1:
+            if self.edges and r in (0, len(red.runs) - 1) and len(red.runs) > 1:
                 # The chain's first (last) layer shares its chunk with the run only across the edge to it: where
                 # that edge is a boundary, the run's layers fill the group's other v − 1 chunks.
                 edge = self.Z[d][0 if r == 0 else r - 1]
@@ -262,7 +262,7 @@ class GroupRelaxation:
     def _edges_inside(self, d: int, r: int) -> list[Expr]:
         """Resharding on the edges into and out of single-layer run r where they fall inside one of group d's
         chunks (edge counts only: none without them)."""
-        if not hasattr(self, "Z"):
+        if not self.edges:
             return []
         red, tau = self.reduced, self.scale
         return [term(self.Z[d][q], red.between(q, red.R) / tau) for q in (r - 1, r) if 0 <= q < len(red.runs) - 1]
