@@ -80,7 +80,6 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
         # A stronger bound (~0.1-0.5 s) before the MILP. One stage has no min-max term for it to tighten: there
         # the MILP itself is faster. (Interleaved programs are bounded per device group: _by_group.)
         bound = max(bound, partition_bound(program, cutoff))
-    reduced = reduce_program(program, fold)
     if bound == math.inf:
         return Outcome(None, "infeasible")
     if cutoff is not None and bound >= cutoff:
@@ -91,7 +90,8 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
         status, plan, best_bound = _scip(program, deadline, cutoff, mip_gap)
     else:
         backend = HighsBackend if solver == "highs" else GurobiBackend
-        status, plan, best_bound = _linear(program, reduced, backend, deadline, cutoff, mip_gap, defer)
+        status, plan, best_bound = _linear(program, reduce_program(program, fold), backend, deadline, cutoff, mip_gap,
+                                           defer)
         if status == "deferred":
             return Outcome(None, "deferred", max(best_bound, bound))
     value = evaluate(program, *plan) if plan is not None else math.inf
