@@ -20,11 +20,12 @@ once per micro-batch, and no slot is shorter than 1.5 sends (a send waits behind
 
 one slot per group and every send once to fill and drain the pipeline. On equal chunks this is the standard
 (c·v + P − 1)·t; on unequal ones the schedule's order makes the short chunks wait for the long ones, so pricing
-by the mean (as before) under-predicted by up to 1.47× and the solver exploited it. Both formulas bound the event simulation of the schedules' operation order from above
-(report.timeline; tests/solve/test_schedule_bounds.py checks it on random programs and on the plans the
-solver returns). Memory is summed over a group's chunks. The MILP, the reference solver, `estimate`, the
-baselines and the report all call `evaluate`, so a plan's predicted time is the same number everywhere; the
-MILP's own objective is only trusted after `evaluate` has recomputed it.
+by the mean (as before) under-predicted by up to 1.47× and the solver exploited it. Both formulas bound the
+event simulation of the schedules' operation order from above (report.timeline; tests/solve/
+test_schedule_bounds.py checks it on random programs and on the plans the solver returns). Memory: a group's
+static bytes plus its activations at the largest of its occupancy patterns (`held`). The MILP, the reference
+solver, `estimate`, the baselines and the report all call `evaluate`, so a plan's predicted time is the same
+number everywhere; the MILP's own objective is only trusted after `evaluate` has recomputed it.
 """
 
 from __future__ import annotations
