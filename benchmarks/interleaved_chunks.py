@@ -135,8 +135,7 @@ def predictions(plans: dict, cluster) -> dict:
 
     Time: `report.render.recost` (its `tpi` is `solve.program.evaluate`, its per-chunk times feed the report's
     timeline). Memory: what recost re-costs it from, `estimate.cost_plan` + `solve.program.stage_times` (per
-    device group; model states alone: the same program holding no activations, as recost computes them)."""
-    import numpy as np
+    device group; model states and activations split as recost splits them)."""
 
     from uniap.errors import UniapError
     from uniap.estimate import cost_plan

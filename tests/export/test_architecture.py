@@ -9,7 +9,7 @@ import pytest
 
 from uniap.engine_search import engine_plan_search
 from uniap.errors import UniapError
-from uniap.export import ENGINES, engine_rules, export_plan
+from uniap.export import engine_rules, export_plan
 from uniap.spec import load_model
 from uniap.spec.cluster import load_cluster
 from uniap.spec.workload import Workload
