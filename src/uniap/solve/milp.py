@@ -2,8 +2,8 @@
 
 Linear back-ends (HiGHS by default, Gurobi when importable) get the folded MILP of formulation.py and a sub-tour
 cut loop around it: solve, turn the point into a plan, and if a segment's transitions held a sub-tour, add the
-connectivity cuts and solve again, warm-started from the repaired plan. An interleaved program is first solved
-by device group (group_relaxation.py): its optimum bounds every plan, and when a plan with those group contents
+connectivity cuts and solve again, warm-started from the repaired plan. An interleaved program is first bounded
+by dynamic programming over its device groups (group_bound.py), then solved by device group (group_relaxation.py): its optimum bounds every plan, and when a plan with those group contents
 attains it, that plan is optimal without the chunk MILP's branching through near-equal chunk splits. SCIP gets
 the native quadratic form (quadratic.py). Whatever the back-end, the returned objective is `evaluate` of the
 returned plan.
@@ -21,6 +21,7 @@ from uniap.errors import UniapError
 from uniap.solve.backends import HIGHS_SMALL, GurobiBackend, HighsBackend
 from uniap.solve.bounds import partition_bound
 from uniap.solve.formulation import Formulation, scale_of
+from uniap.solve.group_bound import group_bound
 from uniap.solve.group_relaxation import GroupRelaxation, chain_plan
 from uniap.solve.program import Solution, StageProgram, evaluate, lower_bound
 from uniap.solve.reduce import reduce_program
@@ -65,9 +66,9 @@ def solve(program: StageProgram, solver: str = "highs", time_limit: float | None
 def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: float | None = None,
                   cutoff: float | None = None, fold: bool = True, mip_gap: float = 0.0,
                   defer: bool = False) -> Outcome:
-    """`solve`, also saying why no plan came back (the UOP records it). `defer`: an interleaved program whose
-    device-group relaxation neither cuts it off nor is attained comes back "deferred" with the relaxation's bound
-    instead of going on to the chunk MILP, so the UOP can solve it last, when the incumbent is at its best."""
+    """`solve`, also saying why no plan came back (the UOP records it). `defer`: an interleaved program that its
+    group bound (solve.group_bound) does not cut off comes back "deferred" with that bound, exact, instead of
+    going on to its MILPs, so the UOP can solve it in the order of that bound, with the best incumbent."""
     if solver not in SOLVERS:
         raise UniapError(f"unknown solver '{solver}' (choose from {', '.join(SOLVERS)})")
     if importlib.util.find_spec(SOLVERS[solver]) is None:
@@ -76,10 +77,17 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
     started = time.perf_counter()
     deadline = None if time_limit is None else started + float(time_limit)
     bound = lower_bound(program)
-    if cutoff is not None and bound < cutoff and program.stages > 1 and program.virtual_stages == 1:
-        # A stronger bound (~0.1-0.5 s) before the MILP. One stage has no min-max term for it to tighten: there
-        # the MILP itself is faster. (Interleaved programs are bounded per device group: _by_group.)
-        bound = max(bound, partition_bound(program, cutoff))
+    folded = functools.cache(lambda: reduce_program(program, fold=True))
+    if cutoff is not None and bound < cutoff and program.stages > 1:
+        # A stronger bound before the MILP. One stage has no min-max term for it to tighten: there the MILP itself
+        # is faster. Plain pipelines: integral stage contents (~0.1-0.5 s); interleaved ones: integral group
+        # contents (~0.05 s; group_bound), then their device-group MILPs (_by_group).
+        if program.virtual_stages == 1:
+            bound = max(bound, partition_bound(program, cutoff))
+        elif (by_group := group_bound(program, folded(), cutoff)) is not None:
+            bound = max(bound, by_group)
+            if defer and bound < cutoff:  # solved later, in the order of its exact bound
+                return Outcome(None, "deferred", max(bound, group_bound(program, folded())))
     if bound == math.inf:
         return Outcome(None, "infeasible")
     if cutoff is not None and bound >= cutoff:
@@ -90,8 +98,8 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
         status, plan, best_bound = _scip(program, deadline, cutoff, mip_gap)
     else:
         backend = HighsBackend if solver == "highs" else GurobiBackend
-        status, plan, best_bound = _linear(program, reduce_program(program, fold), backend, deadline, cutoff, mip_gap,
-                                           defer)
+        reduced = folded() if fold else reduce_program(program, fold=False)
+        status, plan, best_bound = _linear(program, reduced, backend, deadline, cutoff, mip_gap, defer)
         if status == "deferred":
             return Outcome(None, "deferred", max(best_bound, bound))
     value = evaluate(program, *plan) if plan is not None else math.inf

@@ -156,14 +156,13 @@ def _layout_classes(allowed, first, length, ok, R, Rp) -> np.ndarray:
 
 def undominated(allowed, cls, rows) -> np.ndarray:
     """Mask of strategies to keep: drop k when some k' of its class is ≤ in every row and (< in one, or equal and
-    earlier), so exactly one of a set of identical strategies survives."""
-    values = np.stack([row[allowed] for row in rows], axis=1)  # (n, 4)
-    keep = np.ones(len(allowed), dtype=bool)
-    for j in range(len(allowed)):
-        for i in range(len(allowed)):
-            if i == j or cls[i] != cls[j] or not keep[i]:
-                continue
-            if np.all(values[i] <= values[j]) and (np.any(values[i] < values[j]) or i < j):
-                keep[j] = False
-                break
-    return keep
+    earlier), so exactly one of a set of identical strategies survives. (The relation is a strict order, so a
+    strategy dropped by one that is dropped in turn is also dropped by what drops that one.)"""
+    values = np.stack([row[allowed] for row in rows], axis=1)  # (n, rows)
+    cls = np.asarray(cls)
+    no_worse = np.all(values[:, None, :] <= values[None, :, :], axis=2)  # [i, j]: i ≤ j in every row
+    better = np.any(values[:, None, :] < values[None, :, :], axis=2)
+    index = np.arange(len(values))
+    earlier = index[:, None] < index[None, :]
+    beats = no_worse & (better | earlier) & (cls[:, None] == cls[None, :]) & (index[:, None] != index[None, :])
+    return ~beats.any(axis=0)

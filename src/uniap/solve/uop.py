@@ -3,9 +3,9 @@
 Candidates (e.g. (pipeline degree, micro-batch count) pairs) are independent programs. They are ordered by a
 cheap lower bound on their TPI and solved most promising first, each with the best TPI found so far as cut-off,
 so a candidate that cannot win is dropped: before solving when its cheap bound already loses, or inside `solve`
-by the stronger partition bound or the MILP itself. An interleaved candidate that its device-group relaxation
-neither cuts off nor settles goes back in the queue with the relaxation's bound, and its chunk MILP runs only
-once the candidates that may beat it are settled.
+by the stronger partition bound or the MILP itself. An interleaved candidate that its group bound does not cut
+off goes back in the queue with that bound, and its MILPs run only once the candidates that may beat it are
+settled.
 """
 
 from __future__ import annotations
@@ -111,16 +111,20 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
     # After SERIAL_BUDGET_S of solving, what is left goes to the workers if it is worth more than that.
     serial_until = math.inf if workers == 1 else time.perf_counter() + SERIAL_BUDGET_S
     solve_times: list[float] = []
+    build_times: list[float] = []  # this process builds every program, for the workers too
     while queue:
         if time.perf_counter() >= serial_until:
-            if _worth_workers(queue, state, solve_times, workers):
+            if _worth_workers(queue, state, solve_times, build_times, workers):
                 break
             serial_until = math.inf
         tier_of, bound, index = queue.pop(0)
         if state.skip(index, bound, deadline):
             continue
+        build_started = time.perf_counter()
+        program = build(candidates[index])
         solve_started = time.perf_counter()
-        outcome = solve_outcome(build(candidates[index]), solver=solver, time_limit=_left(deadline),
+        build_times.append(solve_started - build_started)
+        outcome = solve_outcome(program, solver=solver, time_limit=_left(deadline),
                                 cutoff=state.cutoff(), defer=index not in state.deferred)
         solve_times.append(time.perf_counter() - solve_started)
         if not state.defer(queue, (tier_of, bound, index), outcome, solve_times[-1]):
@@ -147,14 +151,17 @@ def uniform_guess(program: StageProgram) -> Solution | None:
                     gap=math.inf, time_s=0.0, solver="uniform")
 
 
-def _worth_workers(queue, state: "_State", solve_times: list[float], workers: int) -> bool:
+def _worth_workers(queue, state: "_State", solve_times: list[float], build_times: list[float],
+                   workers: int) -> bool:
     """Would `workers` processes save more than starting them costs? The candidates left that can still beat the
     incumbent, at the median solve time so far (one long solve of the winner says little of the rest), shared by
-    the workers instead of solved one after the other."""
+    the workers instead of solved one after the other. This process still builds (and sends) every program, so
+    only what a solve takes beyond its build can run beside it: where solves are cheap bounds, workers lose."""
     cutoff = state.cutoff()
     left = sum(1 for entry in queue if cutoff is None or entry[1] < cutoff)
     typical = float(np.median(solve_times)) if solve_times else 0.0
-    return left * typical * (1 - 1 / workers) > WORKER_START_S
+    beside = max(typical - (float(np.median(build_times)) if build_times else 0.0), 0.0)
+    return left * beside * (1 - 1 / workers) > WORKER_START_S
 
 
 def _parallel(queue, build, state: "_State", solver: str, deadline: float | None, workers: int) -> None:

@@ -111,13 +111,13 @@ def held_patterns(stages: int, micro_batches: int, virtual_stages: int) -> list[
 @functools.lru_cache(maxsize=4096)
 def _undominated(stage: int, stages: int, micro_batches: int, virtual_stages: int) -> tuple[tuple[int, ...], ...]:
     """The stage's occupancy vectors that no other one covers (each candidate of a search asks again: cached)."""
-    moments = np.array(sorted(set(_held_over_time(stage, stages, micro_batches, virtual_stages, every=True))))
-    moments = moments[np.argsort(-moments.sum(axis=1), kind="stable")]
-    kept = moments[:0]
-    for m in moments:  # a vector is only covered by one with at least its total: those come first
-        if not (kept >= m).all(axis=1).any():
-            kept = np.vstack([kept, m])
-    return tuple(sorted(tuple(int(x) for x in k) for k in kept))
+    moments = np.unique(np.array(_held_over_time(stage, stages, micro_batches, virtual_stages, every=True)), axis=0)
+    covered = np.zeros(len(moments), dtype=bool)
+    for lo in range(0, len(moments), 256):  # the vectors are distinct: one ≥ another covers it
+        block = moments[lo:lo + 256]
+        above = (moments[None, :, :] >= block[:, None, :]).all(axis=2)  # [i, j]: moments[j] ≥ block[i]
+        covered[lo:lo + 256] = above.sum(axis=1) > 1  # itself, and another
+    return tuple(tuple(int(x) for x in m) for m in moments[~covered])
 
 
 @functools.lru_cache(maxsize=4096)

@@ -1,0 +1,212 @@
+"""A lower bound on an interleaved program by dynamic programming over its device groups, in milliseconds.
+
+Under interleaving each device group runs its blocks under one strategy (solve.reduce), so for the usual chain
+(an embedding, a run of identical blocks, a head) a group is described by its strategy s, its block count n and,
+for the first and last group, the strategy of the embedding or head. For a fixed slot B the TPI of
+solve.program is then bounded group by group:
+
+    Σ_d b_d + c·Σ_{j∈d} (p_j − b_d)⁺  ≥  min(B, M_d) + c·max(a_d − v·min(B, M_d), M_d − min(B, M_d), 0)
+
+with a_d ≤ the group's time (Σ of its layers' A) and M_d ≤ its largest chunk (whole blocks: at least ⌈n/v⌉ of
+them, or the embedding's chunk with what the other v − 1 chunks cannot hold, and at least a_d / v). Why: b_d lies
+in [min(B, largest chunk), B], the left side falls as b_d rises to the largest chunk, and the right side rises
+with a_d and M_d. The gradient sync enters as ω·g (max g ≥ Σ ω_d g_d, ω uniform or on one end), the sends as the
+P·v − 1 cheapest edges, resharding as 0. The block counts must add up: a min-plus convolution over the groups.
+
+As a function of B each group's bound is piecewise linear with breakpoints at M_d and (a_d − M_d)/(v − 1), so
+between breakpoints the DP's value is a minimum of linear functions (concave) and (c·v − 1)·B + DP(B) is least at
+a breakpoint: trying them all is exact. The bound is about as strong as the device-group MILP without edge counts
+(group_relaxation.py) and 100× cheaper, so the UOP drops most losing interleaved candidates without a MILP.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from uniap.solve.program import MEMORY_RTOL, StageProgram, least_sends
+from uniap.solve.reduce import Reduced, undominated
+
+PROBES = 24
+"""Slot values at which the DP runs per round of refinement (each a min-plus convolution per group)."""
+
+
+def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = None) -> float | None:
+    """A lower bound on the TPI of every plan of the interleaved `program`, math.inf if none fits; None when its
+    chain is not an embedding, one run of identical blocks and a head (the bound is then left to the MILPs).
+
+    The breakpoints are searched by interval: DP(B) never rises with B, so on [B_i, B_j] the bound is at least
+    (c·v − 1)·B_i + DP(B_j); intervals that cannot go below the best value found (or the `cutoff`) are dropped,
+    the others probed again. With a `cutoff`, returns as soon as some slot value shows the bound is below it
+    (what it returns is then still a valid bound, below the cutoff)."""
+    runs = reduced.runs
+    P, v, c = program.pipeline_degree, program.virtual_stages, program.micro_batches
+    if v < 2 or len(runs) != 3 or runs[0].length != 1 or runs[2].length != 1:
+        return None
+    blocks = runs[1].length
+    kept = [_kept(reduced, run, end=r != 1) for r, run in enumerate(runs)]
+    kinds = {kind: _group_terms(program, kept, kind, blocks) for kind in ("first", "middle", "last")}
+    sends = least_sends(program, np.asarray(program.allowed))
+    groups = []  # per group: its kind's (a, M, g) and what fits it, each (choices, blocks + 1)
+    for d in range(P):
+        kind = "first" if d == 0 else "last" if d == P - 1 else "middle"
+        a, M, g, memory, rates = kinds[kind]
+        held = np.asarray(program.inflight, dtype=float)[d::P]
+        need = memory(held)
+        fits = np.isfinite(need) & (need <= float(program.memory_capacity) * (1 + MEMORY_RTOL))
+        if not fits.any():
+            return math.inf
+        if cutoff is not None:
+            # Whatever B, (c·v − 1)·B + the group's term ≥ c·a (B < M: B + c·(a − v·B); else c·v·M ≥ c·a): a
+            # count whose time alone reaches the cut-off is dropped, and the bound is then capped at it.
+            fits = fits & (c * a + sends < cutoff)
+            if not fits.any():
+                return float(cutoff)
+        # Bytes grow with n, so a choice fits the counts from the least up to its most. One that another beats in
+        # every rate its a, M and g grow with, and in that most, is never needed.
+        most = np.where(fits.any(axis=1), fits.shape[1] - np.argmax(fits[:, ::-1], axis=1), -1)
+        keep = undominated(np.arange(len(most)), np.zeros(len(most), dtype=int), [*rates, -most])
+        groups.append((kind, a[keep], M[keep], g[keep], fits[keep]))
+    slots = np.unique(np.concatenate(
+        [[0.0]] + [np.concatenate([M[fits], np.maximum((a - M)[fits] / (v - 1), 0.0)]) for _, a, M, _, fits in groups]))
+    best = -math.inf
+    for omega in (np.full(P, 1.0 / P), np.eye(P)[0], np.eye(P)[P - 1]):
+        def value(B, w=omega):
+            costs, alike = [], {}  # groups of one kind that fit the same counts cost the same
+            for x, (kind, *terms, fits) in zip(w, groups):
+                key = (kind, float(x), fits.tobytes())
+                if key not in alike:
+                    alike[key] = _slot_cost(B, c, v, x, *terms, fits)
+                costs.append(alike[key])
+            return (c * v - 1) * B + _chain_dp(costs, blocks) + sends
+        least = _least_over_slots(slots, value, c * v - 1, None if cutoff is None else max(cutoff, best))
+        best = max(best, least)
+        if cutoff is not None and best >= cutoff:
+            break
+    return best if cutoff is None else min(best, float(cutoff))
+
+
+def _least_over_slots(slots: np.ndarray, value, slope: float, cutoff: float | None) -> float:
+    """A lower bound on min over the sorted `slots` of value(B) = slope·B + D(B), D non-increasing: exact unless
+    it is below `cutoff` (then the search stops at the first probe below it). On [slots[i], slots[j]] between
+    two probes, value ≥ slope·slots[i + 1] + D(slots[j]); an interval whose bound reaches the best probe (or the
+    cutoff) holds nothing lower, the others are probed again."""
+    known = {0: float(value(slots[:1])[0])}
+    if len(slots) > 1:
+        known[len(slots) - 1] = float(value(slots[-1:])[0])
+    while True:
+        best = min(known.values())
+        probed = sorted(known)
+        floors = {(i, j): slope * (slots[i + 1] - slots[j]) + known[j]
+                  for i, j in zip(probed[:-1], probed[1:]) if j > i + 1}
+        open_ = [key for key, floor in floors.items() if floor < best]
+        if not open_ or (cutoff is not None and best < cutoff):
+            return min([best] + [floors[key] for key in open_])
+        share = max(2, PROBES // len(open_))
+        picks = sorted({int(k) for i, j in open_ for k in np.linspace(i + 1, j - 1, min(j - i - 1, share))})
+        for k, x in zip(picks, value(slots[picks])):
+            known[k] = float(x)
+
+
+def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind: str, blocks: int):
+    """The choices of a group of `kind` (first, middle or last): its block strategy, and on the first and last
+    group its end layer's strategy, against its block count n = 0..blocks: (a, M, g), each (choices, blocks + 1),
+    and memory(held), its least bytes given the micro-batches each of its chunks holds (inf where n is too few
+    to give every chunk a layer), and per choice the rates a, M and g grow with (block and end layer times and
+    syncs). `kept`: (A, G, Ms, Ma) of the embedding's, the blocks' and the head's
+    undominated strategies."""
+    v = program.virtual_stages
+    n = np.arange(blocks + 1, dtype=float)
+    t, gk, ms, ma = kept[1]
+    if kind == "middle":
+        x = xg = xm = xa = np.zeros(1)
+        end_chunk, at_least = None, v  # every chunk holds a block
+    else:
+        x, xg, xm, xa = kept[0] if kind == "first" else kept[2]
+        end_chunk, at_least = (0 if kind == "first" else v - 1), v - 1  # the end layer's chunk may hold no block
+    shape = (len(t), len(x), len(n))  # (block strategy, end strategy, n)
+    a = t[:, None, None] * n + x[None, :, None]
+    g = gk[:, None, None] * n + xg[None, :, None]
+    if end_chunk is None:
+        largest = np.broadcast_to(np.ceil(n / v) * t[:, None, None], shape)
+    else:
+        largest = _end_group_largest(t, x, n, v)
+    largest = np.maximum(largest, a / v)
+
+    def memory(held: np.ndarray) -> np.ndarray:
+        # Activations: each chunk that must hold a block holds one, the rest sit in the chunk holding fewest.
+        free = held.sum() - (0.0 if end_chunk is None else held[end_chunk])
+        least_held = free + (n - at_least) * held.min()
+        end = xm + (0.0 if end_chunk is None else held[end_chunk]) * xa
+        out = ms[:, None, None] * n + ma[:, None, None] * least_held + end[None, :, None]
+        return np.where(n >= at_least, out, math.inf).reshape(-1, len(n))
+
+    rates = [np.broadcast_to(rate, shape[:2]).ravel() for rate in (t[:, None], x[None, :], gk[:, None], xg[None, :])]
+    return (*(np.broadcast_to(arr, shape).reshape(-1, len(n)) for arr in (a, largest, g)), memory, rates)
+
+
+def _end_group_largest(t: np.ndarray, x: np.ndarray, n: np.ndarray, v: int) -> np.ndarray:
+    """(K, E, n): the least largest chunk of a group holding the end layer (time x) and n blocks (time t), each
+    of its other v − 1 chunks at least one block. With κ blocks in the fullest other chunk, the end layer's chunk
+    holds at least (n − (v − 1)·κ)⁺ of them, so the largest chunk is f(κ) = max(x + (n − (v−1)·κ)⁺·t, κ·t),
+    κ ≤ ⌈n / (v − 1)⌉; f falls then rises, so its least is at the crossing κ₀ = ⌈(x/t + n)/v⌉ or just before
+    it, or at that largest κ."""
+    T, X, N = t[:, None, None], x[None, :, None], n[None, None, :]
+    top = np.maximum(np.ceil(N / (v - 1)), 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cross = np.ceil((np.where(T > 0, X / T, 0.0) + N) / v)
+    best = np.full(np.broadcast_shapes(T.shape, X.shape, N.shape), math.inf)
+    for kappa in (cross - 1, cross, top):
+        kappa = np.clip(kappa, 1.0, top)
+        best = np.minimum(best, np.maximum(X + np.maximum(N - (v - 1) * kappa, 0.0) * T, kappa * T))
+    return best
+
+
+def _kept(reduced: Reduced, run, end: bool) -> tuple[np.ndarray, ...]:
+    """(A, G, Ms, Ma) of the run's strategies that no other beats in all four: a dominated one never lowers the
+    bound. For an end layer (`end`), only those no other beats in time and sync, each with the least bytes of
+    any strategy: a lighter but slower one then lowers the bound no further either, and the group's choices
+    stay few (its block strategy × these)."""
+    tables = [table[run.first, run.keep] for table in (reduced.A, reduced.G, reduced.Ms, reduced.Ma)]
+    index = np.arange(len(run.keep))
+    if not end:
+        keep = undominated(index, np.zeros(len(index), dtype=int), tables)
+        return tuple(table[keep] for table in tables)
+    keep = undominated(index, np.zeros(len(index), dtype=int), tables[:2])
+    return tables[0][keep], tables[1][keep], *(np.full(int(keep.sum()), table.min()) for table in tables[2:])
+
+
+def _slot_cost(B: np.ndarray, c: int, v: int, omega: float, a, M, g, fits) -> tuple[int, np.ndarray]:
+    """(first block count, (len(B), counts)): the least bound of the group over its choices, at each slot B and
+    each block count it can hold (a window of counts: outside it nothing fits)."""
+    held = np.flatnonzero(fits.any(axis=0))
+    lo, hi = int(held[0]), int(held[-1]) + 1
+    rows = fits[:, lo:hi].any(axis=1)
+    a, M, g, fits = (arr[rows, lo:hi] for arr in (a, M, g, fits))
+    b = np.minimum(B[:, None, None], M[None])
+    value = b + c * np.maximum(np.maximum(a[None] - v * b, M[None] - b), 0.0) + omega * g[None]
+    return lo, np.where(fits[None], value, math.inf).min(axis=1)
+
+
+def _chain_dp(costs: list[tuple[int, np.ndarray]], blocks: int) -> np.ndarray:
+    """(len(B),) min over block counts n_0 + … + n_{P−1} = blocks of Σ_d costs[d] at n_d (a min-plus
+    convolution over each group's window of counts)."""
+    low, F = costs[0]
+    for lo, cost in costs[1:-1]:
+        width = min(F.shape[1] + cost.shape[1] - 1, blocks + 1 - low - lo)
+        if width <= 0:
+            return np.full(F.shape[0], math.inf)
+        out = np.full((F.shape[0], width), math.inf)
+        for k in range(cost.shape[1]):
+            span = min(F.shape[1], width - k)
+            if span <= 0:
+                break
+            np.minimum(out[:, k:k + span], F[:, :span] + cost[:, k:k + 1], out=out[:, k:k + span])
+        low, F = low + lo, out
+    lo, cost = costs[-1]
+    need = blocks - low - lo - np.arange(cost.shape[1])  # the earlier groups' share for each count of the last
+    ok = (need >= 0) & (need < F.shape[1])
+    if not ok.any():
+        return np.full(F.shape[0], math.inf)
+    return (F[:, need[ok]] + cost[:, ok]).min(axis=1)

@@ -1,0 +1,96 @@
+"""The dynamic-programming bound on interleaved programs (solve/group_bound.py): never above the optimum the
+enumeration oracle finds, infinite only when nothing fits, and as strong as the device-group MILP on real tables."""
+
+import math
+
+import numpy as np
+import pytest
+from random_tables import random_program
+
+from uniap.planner import build_candidate
+from uniap.solve.backends import HighsBackend
+from uniap.solve.formulation import scale_of
+from uniap.solve.group_bound import group_bound
+from uniap.solve.group_relaxation import GroupRelaxation
+from uniap.solve.milp import solve
+from uniap.solve.reduce import reduce_program
+from uniap.solve.reference import solve_reference
+from uniap.spec import load_model
+from uniap.spec.cluster import load_cluster
+from uniap.spec.workload import Workload
+
+
+def _case(seed: int):
+    """An embedding, a run of identical blocks and a head, on 2–3 device groups of 2–3 chunks."""
+    rng = np.random.default_rng(50_000 + seed)
+    P, v = [(2, 2), (2, 3), (3, 2)][seed % 3]
+    L = int(rng.integers(P * v, P * v + 3))
+    K = int(rng.integers(1, 4))
+    memory = float(rng.uniform(15, 60)) if rng.random() < 0.7 else None
+    return random_program(seed, layers=L, strategies=K, stages=P, micro_batches=P * int(rng.integers(1, 4)),
+                          runs=[1, L - 2, 1], memory=memory, virtual_stages=v,
+                          layouts=sorted(rng.integers(0, 2, K).tolist()) if rng.random() < 0.5 else None)
+
+
+@pytest.mark.parametrize("seed", range(45))
+def test_bound_never_exceeds_the_optimum(seed):
+    program = _case(seed)
+    reduced = reduce_program(program, fold=True)
+    bound = group_bound(program, reduced)
+    assert bound is not None
+    reference = solve_reference(program)
+    if reference is None:
+        return  # nothing fits (the bound may or may not see it)
+    assert bound <= reference.objective * (1 + 1e-9)
+    # With a cut-off it is still a bound, and it reaches the cut-off only when the optimum does.
+    for cutoff in (reference.objective * 0.9, reference.objective * 1.1):
+        capped = group_bound(program, reduced, cutoff)
+        assert capped <= reference.objective * (1 + 1e-9)
+        assert (capped >= cutoff) <= (reference.objective >= cutoff)
+
+
+@pytest.mark.parametrize("seed", range(45))
+def test_infinite_only_when_nothing_fits(seed):
+    program = _case(seed)
+    if group_bound(program, reduce_program(program, fold=True)) == math.inf:
+        assert solve_reference(program) is None
+
+
+def test_other_chains_are_left_to_the_milp():
+    program = random_program(1, layers=8, strategies=2, stages=2, runs=[2, 4, 2], virtual_stages=2)
+    assert group_bound(program, reduce_program(program, fold=True)) is None
+
+
+@pytest.mark.parametrize("candidate", [(4, 16, 2), (4, 32, 3), (8, 32, 2)])
+def test_real_tables_between_the_relaxation_and_the_optimum(candidate):
+    """llama2-7b on 32 A100s: the bound is at most the proven optimum and about as strong as the coarse
+    device-group MILP (it counts the largest chunk exactly, but the gradient sync's max only by ω)."""
+    seq = 4096
+    program = build_candidate(candidate, model=load_model("llama2-7b", seq), cluster=load_cluster("a100-80g:4x8"),
+                              workload=Workload(128, seq, "bf16"), schedules=("1f1b", "interleaved-1f1b"), max_tp=None)
+    reduced = reduce_program(program, fold=True)
+    bound = group_bound(program, reduced)
+    optimum = solve(program)
+    assert optimum is not None and optimum.optimal
+    assert bound <= optimum.objective * (1 + 1e-9)
+    scale = scale_of(program, reduced)
+    relaxation = GroupRelaxation(program, reduced, scale, edges=False)
+    coarse = HighsBackend(relaxation.model).solve(None, None, 0.0, None).bound * scale
+    assert bound >= coarse * (1 - 1e-3)
+
+
+@pytest.mark.parametrize("v", [2, 3, 5])
+def test_end_group_largest_chunk_by_enumeration(v):
+    """The closed form of the least largest chunk of the group holding the embedding (or head) equals trying
+    every split: m blocks beside the end layer, the rest over the other v − 1 chunks, each at least one."""
+    from uniap.solve.group_bound import _end_group_largest
+
+    rng = np.random.default_rng(v)
+    t, x = rng.uniform(0, 3, 4), np.concatenate([[0.0], rng.uniform(0, 10, 3)])
+    n = np.arange(v - 1, 20, dtype=float)
+    got = _end_group_largest(t, x, n, v)
+    for i, ti in enumerate(t):
+        for j, xj in enumerate(x):
+            for k, nk in enumerate(n.astype(int)):
+                splits = [max(xj + m * ti, math.ceil((nk - m) / (v - 1)) * ti) for m in range(nk - (v - 1) + 1)]
+                assert got[i, j, k] == pytest.approx(min(splits))
