@@ -166,7 +166,9 @@ def _worth_workers(queue, state: "_State", solve_times: list[float], build_times
 
 def _parallel(queue, build, state: "_State", solver: str, deadline: float | None, workers: int) -> None:
     """Keep `workers` solves in flight, each cut off at the incumbent of the moment it starts. A candidate of a
-    higher tier waits until every solve of a lower tier has settled, so it starts with their incumbent."""
+    higher tier waits until every solve of a lower tier has settled, so it starts with their incumbent, and a
+    deferred one until every solve in flight has (they come in the order of their bounds, and most are skipped
+    once the first is solved)."""
     context = multiprocessing.get_context("spawn")  # no fork of a process that may hold solver threads
     pending = list(queue)
     with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=backends.limit_threads,
@@ -176,6 +178,8 @@ def _parallel(queue, build, state: "_State", solver: str, deadline: float | None
             while pending and len(running) < workers:
                 if running and pending[0][0] > max(entry[3] for entry in running.values()):
                     break  # the next tier waits for the incumbent of this one
+                if running and pending[0][2] in state.deferred:
+                    break  # a deferred candidate's MILPs are long: the solves before it may well skip it
                 tier, bound, index = pending.pop(0)
                 if state.skip(index, bound, deadline):
                     continue
