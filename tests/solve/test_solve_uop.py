@@ -93,3 +93,24 @@ def test_records_keep_candidate_order():
     result = search(list(reversed(CANDIDATES)), build, workers=1)
     assert [r.candidate for r in result.records] == list(reversed(CANDIDATES))
     assert np.isfinite([r.lower_bound for r in result.records if r.status != "impossible"]).all()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_interleaved_candidates_solved_in_phases_reach_the_whole_solve(seed):
+    """An interleaved candidate deferred after its group bound and after its device-group MILPs, then solved by
+    its chunk MILP, ends where one whole solve does; each deferral carries a bound at most that optimum."""
+    from uniap.solve.milp import solve_outcome
+
+    program = random_program(40 + seed, layers=9, strategies=3, stages=2, micro_batches=4, runs=[1, 7, 1],
+                             layouts=[0, 0, 1], memory=60.0, virtual_stages=2)
+    whole = solve(program)
+    cutoff = 1e9  # an incumbent that everything beats, so no phase is cut off
+    for phase in ("bound", "relaxation", "chunks"):
+        outcome = solve_outcome(program, cutoff=cutoff, phase=phase)
+        if outcome.status != "deferred":
+            break
+        assert whole is not None and outcome.bound <= whole.objective * (1 + 1e-9)
+    if whole is None:
+        assert outcome.solution is None
+    else:
+        assert outcome.status == "optimal" and outcome.solution.objective == pytest.approx(whole.objective)

@@ -65,10 +65,12 @@ def solve(program: StageProgram, solver: str = "highs", time_limit: float | None
 
 def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: float | None = None,
                   cutoff: float | None = None, fold: bool = True, mip_gap: float = 0.0,
-                  defer: bool = False) -> Outcome:
-    """`solve`, also saying why no plan came back (the UOP records it). `defer`: an interleaved program that its
-    group bound (solve.group_bound) does not cut off comes back "deferred" with that bound, exact, instead of
-    going on to its MILPs, so the UOP can solve it in the order of that bound, with the best incumbent."""
+                  phase: str | None = None) -> Outcome:
+    """`solve`, also saying why no plan came back (the UOP records it). `phase` (interleaved programs) lets the
+    UOP solve a candidate in steps, in the order of the bound each step leaves, with the best incumbent: "bound"
+    stops after the group bound (solve.group_bound, exact then) and "relaxation" after the device-group MILPs,
+    each coming back "deferred" with that bound unless it settles the candidate; "chunks" goes straight to the
+    chunk MILP (the device-group MILPs ran and settled nothing)."""
     if solver not in SOLVERS:
         raise UniapError(f"unknown solver '{solver}' (choose from {', '.join(SOLVERS)})")
     if importlib.util.find_spec(SOLVERS[solver]) is None:
@@ -86,7 +88,7 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
             bound = max(bound, partition_bound(program, cutoff))
         elif (by_group := group_bound(program, folded(), cutoff)) is not None:
             bound = max(bound, by_group)
-            if defer and bound < cutoff:  # solved later, in the order of its exact bound
+            if phase == "bound" and bound < cutoff:  # solved later, in the order of its exact bound
                 return Outcome(None, "deferred", max(bound, group_bound(program, folded())))
     if bound == math.inf:
         return Outcome(None, "infeasible")
@@ -99,7 +101,7 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
     else:
         backend = HighsBackend if solver == "highs" else GurobiBackend
         reduced = folded() if fold else reduce_program(program, fold=False)
-        status, plan, best_bound = _linear(program, reduced, backend, deadline, cutoff, mip_gap, defer)
+        status, plan, best_bound = _linear(program, reduced, backend, deadline, cutoff, mip_gap, phase)
         if status == "deferred":
             return Outcome(None, "deferred", max(best_bound, bound))
     value = evaluate(program, *plan) if plan is not None else math.inf
@@ -118,19 +120,19 @@ def _remaining(deadline: float | None) -> float | None:
     return None if deadline is None else max(deadline - time.perf_counter(), 0.0)
 
 
-def _linear(program, reduced, backend_cls, deadline, cutoff, mip_gap, defer=False):
+def _linear(program, reduced, backend_cls, deadline, cutoff, mip_gap, phase=None):
     """Sub-tour cut loop. Returns (status, plan, lower bound in seconds); status "optimal" only when the last MILP
-    was solved to optimality and its point needed no repair (its plan then attains the bound); "deferred" (with
-    `defer`) where the device-group relaxation leaves the program to the chunk MILP."""
+    was solved to optimality and its point needed no repair (its plan then attains the bound); "deferred" (in
+    `phase` "relaxation") where the device-group MILPs leave the program to the chunk MILP."""
     if any(len(run.keep) == 0 for run in reduced.runs):
         return "infeasible", None, math.inf
     formulation = functools.cache(lambda: Formulation(program, reduced))  # built only once it is needed
     best, best_value, bound, start = None, math.inf, -math.inf, None
-    if program.virtual_stages > 1:
+    if program.virtual_stages > 1 and phase != "chunks":
         status, bound, arranged = _by_group(program, reduced, formulation, backend_cls, deadline, cutoff)
         if status != "optimal" or arranged is not None:
             return status, arranged, bound
-        if defer:
+        if phase == "relaxation":
             return "deferred", None, bound
     form = formulation()
     tau = form.scale

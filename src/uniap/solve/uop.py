@@ -52,6 +52,9 @@ class SearchResult:
     unbounded: int = 0  # candidates the time limit left unbuilt (nothing known of them)
 
 
+PHASES = ("bound", "relaxation", "chunks")
+"""The steps of an interleaved candidate's solve, each after the candidates whose bounds are lower have been
+settled (solve.milp.solve_outcome; a plain candidate is solved whole in the first)."""
 SERIAL_BUDGET_S = 1.0
 """Seconds of solving done in this process before worker processes may be started for the rest."""
 WORKER_START_S = 0.5
@@ -125,7 +128,7 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
         solve_started = time.perf_counter()
         build_times.append(solve_started - build_started)
         outcome = solve_outcome(program, solver=solver, time_limit=_left(deadline),
-                                cutoff=state.cutoff(), defer=index not in state.deferred)
+                                cutoff=state.cutoff(), phase=state.phase(index))
         solve_times.append(time.perf_counter() - solve_started)
         if not state.defer(queue, (tier_of, bound, index), outcome, solve_times[-1]):
             state.settle(index, bound, outcome, solve_times[-1] + state.deferred.get(index, 0.0))
@@ -185,7 +188,7 @@ def _parallel(queue, build, state: "_State", solver: str, deadline: float | None
                     continue
                 future = pool.submit(solve_outcome, build(state.candidates[index]), solver=solver,
                                      time_limit=_left(deadline), cutoff=state.cutoff(),
-                                     defer=index not in state.deferred)
+                                     phase=state.phase(index))
                 running[future] = (index, bound, time.perf_counter(), tier)
             if not running:
                 continue
@@ -212,7 +215,8 @@ class _State:
         self.solved = 0
         self.skipped = 0
         self.unbounded = 0
-        self.deferred: dict[int, float] = {}  # candidates sent back once, with the seconds their first solve took
+        self.deferred: dict[int, float] = {}  # candidates sent back, with the seconds their solves took so far
+        self.deferrals: dict[int, int] = {}  # how often each was sent back
 
     def cutoff(self) -> float | None:
         return None if self.best is None else self.best.objective
@@ -235,13 +239,21 @@ class _State:
         self._tick()
         return True
 
+    def phase(self, index: int) -> str:
+        """The step a candidate's next solve takes (solve.milp.solve_outcome): up to its group bound the first
+        time, up to its device-group MILPs the second, its chunk MILP the third."""
+        return PHASES[min(self.deferrals.get(index, 0), len(PHASES) - 1)]
+
     def defer(self, queue: list, entry: tuple[int, float, int], outcome: Outcome, seconds: float) -> bool:
-        """Put a deferred candidate back in the queue, in order, with the bound its relaxation proved: it is solved
-        in full after the candidates that may beat it, or skipped if one does."""
+        """Put a deferred candidate back in the queue, in order, with the bound it now has: it is solved further
+        after the candidates that may beat it, or skipped if one does."""
         if outcome.status != "deferred":
             return False
         tier, bound, index = entry
-        self.deferred[index] = seconds
+        self.deferred[index] = self.deferred.get(index, 0.0) + seconds
+        self.deferrals[index] = self.deferrals.get(index, 0) + 1
+        if self.phase(index) == "chunks":
+            tier += 1  # a chunk MILP is long and its bound weak: every cheaper step first, for a better cut-off
         bisect.insort(queue, (tier, max(bound, outcome.bound), index))
         return True
 
