@@ -1,4 +1,4 @@
-"""A lower bound on an interleaved program by dynamic programming over its device groups, in milliseconds.
+"""A lower bound on an interleaved program by dynamic programming over its device groups, in hundredths of a second.
 
 Under interleaving each device group runs its blocks under one strategy (solve.reduce), so for the usual chain
 (an embedding, a run of identical blocks, a head) a group is described by its strategy s, its block count n and,
@@ -15,8 +15,11 @@ P·v − 1 cheapest edges, resharding as 0. The block counts must add up: a min-
 
 As a function of B each group's bound is piecewise linear with breakpoints at M_d and (a_d − M_d)/(v − 1), so
 between breakpoints the DP's value is a minimum of linear functions (concave) and (c·v − 1)·B + DP(B) is least at
-a breakpoint: trying them all is exact. The bound is about as strong as the device-group MILP without edge counts
-(group_relaxation.py) and 100× cheaper, so the UOP drops most losing interleaved candidates without a MILP.
+a breakpoint, which `_least_over_slots` finds without trying them all. Memory: each group's bytes at the least
+micro-batches its chunks hold, its end layer's at the least of any strategy. The bound is about as strong as the
+device-group MILP without edge counts (group_relaxation.py; within 0.1 % on real tables) and, with the
+incumbent as cut-off (counts whose time alone reaches it are dropped), 4–50× cheaper: 0.01–0.05 s on llama2-70b
+and GPT 1T candidates, so the UOP drops most losing interleaved candidates without a MILP.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 Linear back-ends (HiGHS by default, Gurobi when importable) get the folded MILP of formulation.py and a sub-tour
 cut loop around it: solve, turn the point into a plan, and if a segment's transitions held a sub-tour, add the
 connectivity cuts and solve again, warm-started from the repaired plan. An interleaved program is first bounded
-by dynamic programming over its device groups (group_bound.py), then solved by device group (group_relaxation.py): its optimum bounds every plan, and when a plan with those group contents
-attains it, that plan is optimal without the chunk MILP's branching through near-equal chunk splits. SCIP gets
+by dynamic programming over its device groups (group_bound.py), then solved by device group
+(group_relaxation.py): its optimum bounds every plan, and when a plan with those group contents attains it, that
+plan is optimal without the chunk MILP's branching through near-equal chunk splits. SCIP gets
 the native quadratic form (quadratic.py). Whatever the back-end, the returned objective is `evaluate` of the
 returned plan.
 """
