@@ -16,7 +16,8 @@ from uniap.commands.report import report_command
 from uniap.errors import UniapError
 from uniap.estimate import estimate_uniform
 from uniap.report import figures, recost
-from uniap.report.render import _count, _memory_line, _parameters, _span, mismatch, report_html, timeline_boxes
+from uniap.report.render import (_count, _memory_line, _parameters, _span, mismatch, one_page_png, report_html,
+                                 timeline_boxes)
 from uniap.report.timeline import makespan, simulate
 from uniap.spec import load_model
 from uniap.spec.cluster import load_cluster
@@ -72,6 +73,24 @@ def test_mismatch_warning_appears_in_numbers_only_when_the_timeline_disagrees(pl
     assert "0.971×" in mismatch(replace(skewed, tpi=simulated * 1.03), timeline_boxes(interleaved, skewed))
     # a plan that could not be re-costed has no sends and sync to compare with: no claim either way
     assert mismatch(replace(skewed, note="not re-costed"), timeline_boxes(interleaved, skewed)) is None
+
+
+def test_one_page_png_carries_the_warning_too(plan, interleaved, monkeypatch):
+    """The PNG may travel without the HTML: it opens with the same numbers when the two disagree."""
+    drawn = []
+    monkeypatch.setattr(figures, "png_bytes", lambda f: drawn.append(f) or b"")
+
+    def banner(p, fig):
+        one_page_png(p, fig)
+        return [t.get_text() for t in drawn.pop().texts if "disagree" in t.get_text()]
+
+    assert banner(plan, recost(plan)) == []
+    fig = recost(interleaved)
+    skewed = replace(fig, chunk_p=[x * (8 if j == 0 else 1) for j, x in enumerate(fig.chunk_p)])
+    simulated = makespan(timeline_boxes(interleaved, skewed))
+    (text,) = banner(interleaved, skewed)
+    assert f"{simulated / fig.tpi:.3f}×" in text and mismatch(skewed, timeline_boxes(interleaved, skewed)).startswith(
+        text.split(": ", 1)[1].rstrip("."))
 
 
 def test_large_pipelines_draw_fill_and_drain_only():

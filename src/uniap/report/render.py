@@ -193,6 +193,11 @@ def one_page_png(plan: Plan, fig: Figures, measured: dict | None = None, boxes: 
     top = _timeline_height(len(plan.stages), boxes, int(plan.pipeline["micro_batches"]))
     f = figures.new_figure(11.0, top + 2.8 + 3.4)
     f.suptitle(_title(plan), fontsize=11, fontweight="bold")
+    warning = mismatch_headline(fig, boxes)
+    if warning is not None:  # the HTML's warning, on the page that may travel without it
+        inch = 1.0 / f.get_figheight()
+        f.text(0.5, 1.0 + 0.1 * inch, f"Predicted and simulated time disagree: {warning}.", ha="center",
+               va="bottom", fontsize=9, color="#b00020", fontweight="bold")
     grid = f.add_gridspec(3, 2, height_ratios=[top, 2.4, 3.2], hspace=0.7, wspace=0.3)
     panels = dict(_panels(plan, fig, measured, boxes))
     panels["timeline"](f, grid[0, :])
@@ -268,15 +273,23 @@ def simulated_ratio(fig: Figures, boxes: list[Box]) -> tuple[float, float] | Non
 def mismatch(fig: Figures, boxes: list[Box]) -> str | None:
     """A warning, in numbers, when the simulated timeline and the predicted iteration time differ by more than
     `MISMATCH`; None when they agree or cannot be compared."""
+    headline = mismatch_headline(fig, boxes)
+    if headline is None:
+        return None
+    return (f"{headline} ({_percent(simulated_ratio(fig, boxes)[1] - 1)}; the two agree within ±{MISMATCH * 100:.0f} % when chunks "
+            "and stages are balanced). The predicted time is the cost model's formula, the one the planner "
+            "optimises; the simulation runs each stage's operations in the schedule's order. Treat the predicted "
+            "time and the figures derived from it (throughput, MFU) with that margin.")
+
+
+def mismatch_headline(fig: Figures, boxes: list[Box]) -> str | None:
+    """The warning's first sentence, the one-page PNG's banner: None when the two agree or cannot be compared."""
     compared = simulated_ratio(fig, boxes)
     if compared is None or abs(compared[1] - 1) <= MISMATCH:
         return None
     simulated, ratio = compared
     return (f"The simulated timeline takes {_fmt_time(simulated)}, {ratio:.3f}× the predicted iteration time of "
-            f"{_fmt_time(fig.tpi)} ({_percent(ratio - 1)}; the two agree within ±{MISMATCH * 100:.0f} % when chunks "
-            "and stages are balanced). The predicted time is the cost model's formula, the one the planner "
-            "optimises; the simulation runs each stage's operations in the schedule's order. Treat the predicted "
-            "time and the figures derived from it (throughput, MFU) with that margin.")
+            f"{_fmt_time(fig.tpi)}")
 
 
 def _memory_line(fig: Figures) -> str:
