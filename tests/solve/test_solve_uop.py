@@ -114,3 +114,14 @@ def test_interleaved_candidates_solved_in_phases_reach_the_whole_solve(seed):
         assert outcome.solution is None
     else:
         assert outcome.status == "optimal" and outcome.solution.objective == pytest.approx(whole.objective)
+
+
+def test_a_chain_the_group_bound_does_not_cover_is_deferred_after_its_device_group_milps():
+    from uniap.solve.milp import solve_outcome
+
+    program = random_program(3, layers=9, strategies=3, stages=2, micro_batches=4, runs=[2, 5, 2],
+                             layouts=[0, 0, 1], memory=60.0, virtual_stages=2)
+    outcome = solve_outcome(program, cutoff=1e9, phase="bound")
+    assert outcome.status == "deferred" and outcome.phase == "relaxation"
+    final = solve_outcome(program, cutoff=1e9, phase="chunks")
+    assert final.solution.objective == pytest.approx(solve(program).objective)

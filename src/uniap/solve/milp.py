@@ -40,8 +40,9 @@ class Outcome:
 
     solution: Solution | None
     status: str  # "optimal" | "feasible" (limit hit, plan kept) | "infeasible" | "cutoff" | "timeout" (no plan)
-    #            | "deferred" (asked to: the relaxation settled nothing, and `bound` is what it proved)
+    #            | "deferred" (asked to: the step `phase` settled nothing, and `bound` is what it proved)
     bound: float = -math.inf
+    phase: str | None = None  # where a deferred solve stopped: "bound" or "relaxation"
 
 
 def available_solvers() -> list[str]:
@@ -90,7 +91,7 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
         elif (by_group := group_bound(program, folded(), cutoff)) is not None:
             bound = max(bound, by_group)
             if phase == "bound" and bound < cutoff:  # solved later, in the order of its exact bound
-                return Outcome(None, "deferred", max(bound, group_bound(program, folded())))
+                return Outcome(None, "deferred", max(bound, group_bound(program, folded())), "bound")
     if bound == math.inf:
         return Outcome(None, "infeasible")
     if cutoff is not None and bound >= cutoff:
@@ -102,9 +103,12 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
     else:
         backend = HighsBackend if solver == "highs" else GurobiBackend
         reduced = folded() if fold else reduce_program(program, fold=False)
-        status, plan, best_bound = _linear(program, reduced, backend, deadline, cutoff, mip_gap, phase)
+        # A candidate the group bound cannot defer (no cut-off yet, or a chain it does not cover) may still be
+        # deferred after its device-group MILPs.
+        step = "relaxation" if phase == "bound" else phase
+        status, plan, best_bound = _linear(program, reduced, backend, deadline, cutoff, mip_gap, step)
         if status == "deferred":
-            return Outcome(None, "deferred", max(best_bound, bound))
+            return Outcome(None, "deferred", max(best_bound, bound), "relaxation")
     value = evaluate(program, *plan) if plan is not None else math.inf
     if plan is None or (cutoff is not None and value >= cutoff):
         if status == "infeasible":

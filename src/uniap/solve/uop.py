@@ -216,7 +216,7 @@ class _State:
         self.skipped = 0
         self.unbounded = 0
         self.deferred: dict[int, float] = {}  # candidates sent back, with the seconds their solves took so far
-        self.deferrals: dict[int, int] = {}  # how often each was sent back
+        self.deferrals: dict[int, int] = {}  # how many of its PHASES each has gone through
 
     def cutoff(self) -> float | None:
         return None if self.best is None else self.best.objective
@@ -240,8 +240,8 @@ class _State:
         return True
 
     def phase(self, index: int) -> str:
-        """The step a candidate's next solve takes (solve.milp.solve_outcome): up to its group bound the first
-        time, up to its device-group MILPs the second, its chunk MILP the third."""
+        """The step a candidate's next solve takes (solve.milp.solve_outcome): up to its group bound at first,
+        then up to its device-group MILPs, then its chunk MILP; each after the step its last solve stopped at."""
         return PHASES[min(self.deferrals.get(index, 0), len(PHASES) - 1)]
 
     def defer(self, queue: list, entry: tuple[int, float, int], outcome: Outcome, seconds: float) -> bool:
@@ -251,7 +251,7 @@ class _State:
             return False
         tier, bound, index = entry
         self.deferred[index] = self.deferred.get(index, 0.0) + seconds
-        self.deferrals[index] = self.deferrals.get(index, 0) + 1
+        self.deferrals[index] = PHASES.index(outcome.phase) + 1  # its next solve takes the step after it
         if self.phase(index) == "chunks":
             tier += 1  # a chunk MILP is long and its bound weak: every cheaper step first, for a better cut-off
         bisect.insort(queue, (tier, max(bound, outcome.bound), index))
