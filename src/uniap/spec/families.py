@@ -57,7 +57,7 @@ from dataclasses import dataclass
 
 from uniap.errors import UniapError
 from uniap.spec.model import LayerSpec, ModelConfig, ModelSpec
-from uniap.spec.ops import Attention, Elementwise, Gemm
+from uniap.spec.ops import Attention, Elementwise, Gemm, GroupedGemm
 
 # Decoder-only language models: embed, blocks, head. Besides gpt2 and llama (the zoo's), the Hugging Face
 # model_types spec.hf reads; they differ only in ModelConfig options (biases, norms, qk-norm, parallel
@@ -91,6 +91,10 @@ class _Fig:
     act_scores: float = 0.0
     comm: int = 0
     ops: tuple = ()  # spec.ops operators of the forward pass, in order
+    expert_params: int = 0  # routed experts (LayerSpec fields of the same names)
+    routed_elems: int = 0
+    act_routed: float = 0.0
+    act_routed_etp: float = 0.0
 
     def __add__(self, other: "_Fig") -> "_Fig":
         return _Fig(*(getattr(self, k) + getattr(other, k) for k in self.__dataclass_fields__))
@@ -198,20 +202,71 @@ def _ffn(cfg: ModelConfig, s: int, h: int, f: int, *, dropout: bool, inner_dropo
     )
 
 
+def _moe_ffn(cfg: ModelConfig, s: int, h: int, *, dropout: bool, pre_norm: bool = True, post_norm: bool = False,
+             shared_input: bool = False) -> _Fig:
+    """Norm + router + routed experts (+ shared experts) + residual dropout: an MoE block's MLP.
+
+    Router: an h × E linear on every token, softmax (or sigmoid) and top-k in fp32; replicated under tp.
+    Routed experts: each token's k experts run the family's MLP (gated or not) of inner size fe on it, so
+    a token costs k experts' FLOPs whatever E is; their weights (E·(n_in+1)·h·fe) are the layer's
+    `expert_params`, which ep and etp shard instead of tp. Shared experts: a dense MLP of inner size
+    `shared_ffn` on every token, tensor-parallel like the dense MLP (+ Qwen2-MoE's h → 1 sigmoid gate).
+    Kept for backward, per routed token copy (s·k of them per sample): the dispatched expert input (2h), the
+    gate and up outputs and their product (6·fe gated, 4·fe not) — split by etp — and the expert output the
+    combine weights (2h). Per token: the router input (shared with the shared expert's input) and the fp32
+    routing probabilities (4·E).
+    """
+    n_in = 2 if cfg.gated_mlp else 1
+    E, k, fe, sf = cfg.experts, cfg.experts_per_token, cfg.routed_ffn, cfg.shared_ffn
+    D = 1 if dropout else 0
+    norms = int(pre_norm) + int(post_norm)
+    experts = E * ((n_in + 1) * h * fe + ((n_in * fe + h) if cfg.expert_bias else 0))
+    router = h * E + (E if cfg.router_bias else 0)
+    shared = (n_in + 1) * h * sf + (h if cfg.shared_gate else 0)
+    shared_ops = (Gemm(s, h, sf, "n", count=n_in),
+                  Elementwise("swiglu" if cfg.gated_mlp else "bias_gelu", s * sf, tp_sharded=True),
+                  Gemm(s, sf, h, "k")) + ((Gemm(s, h, 1),) if cfg.shared_gate else ()) if sf else ()
+    routed = s * k
+    return _Fig(
+        params=norms * _norm_params(cfg, h) + router + experts + shared,
+        tp_params=(n_in + 1) * h * sf,
+        flops=2.0 * s * h * E + 2.0 * routed * h * fe * (n_in + 1) + 2.0 * s * h * sf * (n_in + 1)
+        + (2.0 * s * h if cfg.shared_gate else 0.0),
+        act_tp=(6.0 if cfg.gated_mlp else 4.0) * s * sf,
+        # router input, each norm's input, fp32 routing probabilities, dropout mask
+        act_other=2.0 * s * h + 2.0 * s * h * norms + 4.0 * s * E + D * s * h - (2.0 * s * h if shared_input else 0.0),
+        comm=s * h,
+        expert_params=experts,
+        routed_elems=routed * h,
+        act_routed=routed * 4.0 * h,
+        act_routed_etp=routed * (6.0 if cfg.gated_mlp else 4.0) * fe,
+        ops=((_norm_op(cfg, s * h),) if pre_norm else ()) + (Gemm(s, h, E),)
+        + (GroupedGemm(s, h, fe, E, k, "n", count=n_in),
+           Elementwise("swiglu" if cfg.gated_mlp else "bias_gelu", routed * fe, tp_sharded=True),
+           GroupedGemm(s, fe, h, E, k, "k"))
+        + shared_ops + ((_norm_op(cfg, s * h),) if post_norm else ())
+        + ((Elementwise("dropout", s * h),) if dropout else ()) + (Elementwise("residual", s * h),),
+    )
+
+
 def _signature(kind: str, fig: _Fig, tokens: int, width: int, act_input: float, out_elems: int,
-               divides: tuple[int, ...]) -> tuple:
+               divides: tuple[int, ...], experts: tuple[int, int]) -> tuple:
     return (kind, fig.params, fig.tp_params, float(fig.flops), tokens, width, float(fig.act_tp),
-            float(fig.act_other), float(fig.act_scores), float(act_input), out_elems, fig.comm, divides)
+            float(fig.act_other), float(fig.act_scores), float(act_input), out_elems, fig.comm, divides,
+            fig.expert_params, fig.routed_elems, float(fig.act_routed), float(fig.act_routed_etp), experts)
 
 
 def _layer(name: str, kind: str, fig: _Fig, *, tokens: int, width: int, act_input: float, out_elems: int,
-           divides: tuple[int, ...] = ()) -> LayerSpec:
+           divides: tuple[int, ...] = (), experts: tuple[int, int] = (0, 0)) -> LayerSpec:
+    """`experts`: (routed experts, inner size of one) of an MoE layer; (0, 0) for a dense one."""
     return LayerSpec(
         name=name, kind=kind, params=int(fig.params), tp_params=int(fig.tp_params), flops=float(fig.flops),
         tokens=int(tokens), width=int(width), act_tp=float(fig.act_tp), act_other=float(fig.act_other),
         act_scores=float(fig.act_scores), act_input=float(act_input), out_elems=int(out_elems),
-        tp_comm_elems=int(fig.comm), tp_divides=divides, ops=tuple(fig.ops),
-        signature=_signature(kind, fig, tokens, width, act_input, out_elems, divides),
+        tp_comm_elems=int(fig.comm), tp_divides=divides, experts=experts[0], expert_ffn=experts[1],
+        expert_params=int(fig.expert_params), routed_elems=int(fig.routed_elems), act_routed=float(fig.act_routed),
+        act_routed_etp=float(fig.act_routed_etp), ops=tuple(fig.ops),
+        signature=_signature(kind, fig, tokens, width, act_input, out_elems, divides, experts),
     )
 
 
@@ -377,10 +432,16 @@ def _std_block(cfg: ModelConfig, name: str, s: int, *, block: int = 0) -> LayerS
         fig = _attention(cfg, s, h, a, g, d, dropout=D) + _ffn(cfg, s, h, f, dropout=D)
     else:
         pre, post = cfg.block_norms in ("pre", "sandwich"), cfg.block_norms in ("post", "sandwich")
-        fig = (_attention(cfg, s, h, a, g, d, dropout=D, causal=True, window=cfg.window_of(block), pre_norm=pre,
-                          post_norm=post)
-               + _ffn(cfg, s, h, f, dropout=D, pre_norm=pre and not cfg.shared_norm, post_norm=post,
-                      shared_input=cfg.parallel_residual))
+        mlp_norms = {"pre_norm": pre and not cfg.shared_norm, "post_norm": post,
+                     "shared_input": cfg.parallel_residual}
+        mlp = (_moe_ffn(cfg, s, h, dropout=D, **mlp_norms) if block in cfg.moe_layers
+               else _ffn(cfg, s, h, f, dropout=D, **mlp_norms))
+        fig = _attention(cfg, s, h, a, g, d, dropout=D, causal=True, window=cfg.window_of(block), pre_norm=pre,
+                         post_norm=post) + mlp
+    if block in cfg.moe_layers:
+        divides = tuple(dict.fromkeys((a, g) + ((cfg.shared_ffn,) if cfg.shared_ffn else ())))
+        return _layer(name, "block", fig, tokens=s, width=h, act_input=2.0 * s * h, out_elems=s * h,
+                      divides=divides, experts=(cfg.experts, cfg.routed_ffn))
     return _layer(name, "block", fig, tokens=s, width=h, act_input=2.0 * s * h, out_elems=s * h,
                   divides=_block_divides(a, g, f))
 

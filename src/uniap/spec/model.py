@@ -63,9 +63,27 @@ class ModelConfig:
     sliding_layers: tuple[int, ...] = ()  # blocks (0-based) that use the sliding window; the others attend fully
     attn_softcap: float = 0.0  # tanh soft-capping of attention scores (Gemma 2); 0: none
     logit_softcap: float = 0.0  # tanh soft-capping of the final logits (Gemma 2); 0: none
+    # Mixture of experts (Mixtral, Qwen2/3-MoE, DeepSeek-V3, gpt-oss, Llama 4): an MoE block's MLP is a router
+    # over `experts` routed experts, of which each token uses `experts_per_token`, plus optional shared experts.
+    experts: int = 0  # routed experts per MoE block (0: a dense model)
+    experts_per_token: int = 0  # top-k: routed experts each token is sent to
+    expert_ffn: int = 0  # inner size of one routed expert (0: ffn); experts are gated like the dense MLP
+    shared_ffn: int = 0  # inner size of the always-active shared expert(s), summed over them (0: none)
+    shared_gate: bool = False  # a sigmoid gate (h → 1) scales the shared expert's output (Qwen2-MoE)
+    moe_layers: tuple[int, ...] = ()  # blocks (0-based) whose MLP is MoE; the others are dense (ffn). Resolved:
+    #                                   every block when experts > 0 and the field is empty
+    router_bias: bool = False  # the router's linear carries a bias (gpt-oss)
+    expert_bias: bool = False  # the routed experts' matrices carry biases (gpt-oss)
+    # Multi-head latent attention (DeepSeek-V2/V3): queries and keys/values pass through low-rank latents.
+    q_lora_rank: int = 0  # latent width of the queries (0: a full-rank query projection)
+    kv_lora_rank: int = 0  # latent width of keys and values; > 0 switches MLA on
+    qk_rope_dim: int = 0  # per-head width of the rotary part of queries and keys (one shared rotary key)
+    qk_nope_dim: int = 0  # per-head width of the non-rotary part of queries and keys
+    v_head_dim: int = 0  # per-head width of the values (0: head_dim)
+    mtp_layers: int = 0  # multi-token-prediction modules after the last block (DeepSeek-V3: 1)
 
     def __post_init__(self):
-        for name in ("depths", "sliding_layers"):  # JSON gives lists
+        for name in ("depths", "sliding_layers", "moe_layers"):  # JSON gives lists
             object.__setattr__(self, name, tuple(getattr(self, name)))
         for name in ("qkv_bias", "out_bias", "mlp_bias"):
             if getattr(self, name) is None:
@@ -74,6 +92,8 @@ class ModelConfig:
             object.__setattr__(self, "activation", "silu" if self.gated_mlp else "gelu_tanh")
         if self.dropout is None:
             object.__setattr__(self, "dropout", self.family in DROPOUT_FAMILIES)
+        if self.experts and not self.moe_layers:
+            object.__setattr__(self, "moe_layers", tuple(range(self.layers)))
 
     def to_json(self) -> dict:
         """The fields as JSON values (tuples as lists); `ModelConfig(**that)` gives this config back."""
@@ -86,6 +106,15 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.kv_channels or self.hidden // self.heads
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def routed_ffn(self) -> int:
+        """Inner size of one routed expert."""
+        return self.expert_ffn or self.ffn
 
     def window_of(self, block: int) -> int:
         """Keys per query of block `block` (0 = full attention)."""
@@ -117,6 +146,16 @@ class LayerSpec:
     out_elems: int  # elements/sample of the activation handed to the next layer
     tp_comm_elems: int  # elements/sample all-reduced by tp in forward (2·s·h for a Megatron block); same backward
     tp_divides: tuple[int, ...] = ()  # sizes a tp degree must divide (heads, kv heads, ffn, vocab)
+    # Mixture of experts (0 in a dense layer). The routed experts do not follow the layer's dp × tp: expert
+    # parallelism ep places experts/ep of them on each device, expert tensor parallelism etp splits each, and
+    # dispatch (an all-to-all over the ep group) brings every token to the devices of its top-k experts.
+    experts: int = 0  # routed experts (ep must divide it)
+    expert_ffn: int = 0  # inner size of one routed expert (etp must divide it)
+    expert_params: int = 0  # of `params`, the routed experts' (sharded by ep·etp, not by tp)
+    routed_elems: int = 0  # elements/sample dispatch sends (tokens × top-k × hidden); combine returns as many
+    act_routed: float = 0.0  # bytes/sample the routed experts keep for backward (the stage's devices share them
+    #                          through dispatch; etp leaves them whole: dispatched inputs, expert outputs)
+    act_routed_etp: float = 0.0  # bytes/sample the routed experts keep that etp shards (their inner activations)
     ops: tuple = field(default=(), compare=False)  # spec.ops operators of the forward pass (what cost.compute prices)
     signature: tuple = field(default=())  # equal signatures => identical layers (the solver folds them)
 

@@ -32,6 +32,25 @@ class Gemm:
 
 
 @dataclass(frozen=True)
+class GroupedGemm:
+    """The routed experts' matmuls: `rows` tokens per sample, each sent to `topk` of `experts` experts; every
+    expert multiplies the tokens it receives, (rows·topk/experts × k) @ (k × n), `count` such matrices each.
+
+    Priced on the devices expert parallelism gives it (cost.compute): experts/ep experts per device, over
+    the tokens of the device's expert-data-parallel share, times the workload's load-imbalance factor.
+    split: the dimension expert tensor parallelism (etp) divides, as Gemm.split does for tp.
+    """
+
+    rows: int
+    k: int
+    n: int
+    experts: int
+    topk: int
+    split: str = ""
+    count: int = 1
+
+
+@dataclass(frozen=True)
 class Attention:
     """Scaled dot-product attention of one sample: `queries` queries each attending to `keys` keys per head.
 
@@ -45,6 +64,7 @@ class Attention:
     queries: int
     keys: int
     causal: bool = False
+    value_dim: int = 0  # per-head width of the values when it differs from the queries' and keys' (MLA)
 
 
 @dataclass(frozen=True)
