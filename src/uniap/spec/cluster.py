@@ -124,6 +124,15 @@ class ClusterSpec:
 #          benchmarks): 96 GB and 2.4 TB/s as torchtitan's docs/performance.md states; its peak "lies between the SXM
 #          and the NVL": we take the H100 NVL datasheet's 835 TFLOP/s dense bf16, the lower end (an estimate
 #          within a sourced range); everything else as the H100 SXM (same GH100 chip, NVLink4, 400 Gb/s NICs).
+# h800     H800 SXM5 80 GB (DeepSeek-V3's cluster): the H100 SXM5's GH100 chip and HBM3 with NVLink cut to 400 GB/s
+#          bidirectional (H100: 900). Compute, memory, SMs, attention and GEMM efficiencies: as the H100 SXM (the
+#          nvidia-smi total of 81,559 MiB is the H100 SXM5 80 GB's; not checked on an H800). NVLink busbw 160 GB/s:
+#          DeepSeek-V3 technical report (arXiv 2412.19437) §3.2.2, "NVLink offers a bandwidth of 160 GB/s, roughly
+#          3.2 times that of IB (50 GB/s)", and DeepEP's README (deepseek-ai/DeepEP README.md @0aaa6744, "H800 (~160
+#          GB/s NVLink maximum bandwidth)", intranode EP8 dispatch/combine 153/158 GB/s) — the same ~0.8 of the
+#          200 GB/s per direction that the H100's 400 GB/s busbw is of its 450. Network: 8 GPUs per node (report
+#          §3.1), one CX7 400 Gb/s InfiniBand NIC per GPU, "~50 GB/s maximum bandwidth" (DeepEP README) → 45 GB/s
+#          busbw as the H100 (same NIC). Latencies as the H100 (NCCL's tuning model has no H800 entry).
 # cpu      this development machine class (x86 core, AVX2 FMA: ~50 GFLOP/s fp32 peak per core, gloo over loopback
 #          ~50 µs, ~1 GB/s); small layers are overhead-bound, hence the per-layer overhead (estimate). `uniap
 #          profile` replaces all of these with measured figures.
@@ -154,6 +163,9 @@ DEVICE_TYPES: dict[str, DeviceType] = {
                            2.4e12, Link(3.4e-6, 400e9), Link(9.6e-6, 45e9), gemm_efficiency=H100_GEMM_EFFICIENCY,
                            sm_count=132, attention_efficiency=(0.35, 0.3), fused_attention_efficiency=(0.6, 0.45),
                            **_GPU),
+    "h800-80g": DeviceType("H800-SXM5-80GB", 81559 * MiB, {"fp32": 67e12, "fp16": 989e12, "bf16": 989e12}, 3.35e12,
+                           Link(3.4e-6, 160e9), Link(9.6e-6, 45e9), gemm_efficiency=H100_GEMM_EFFICIENCY, sm_count=132,
+                           attention_efficiency=(0.35, 0.3), fused_attention_efficiency=(0.6, 0.45), **_GPU),
     "v100-32g": DeviceType("V100-SXM2-32GB", 32768 * MiB, {"fp32": 15.7e12, "fp16": 125e12, "bf16": 0.0}, 0.9e12,
                            Link(10e-6, 130e9), Link(20e-6, 6e9), gemm_efficiency=A100_GEMM_EFFICIENCY, sm_count=80,
                            engine=_STANDARD, **_GPU),
