@@ -17,7 +17,7 @@ from uniap.plan import LayerPlan, Plan, StagePlan
 from uniap.solve.program import StageProgram, evaluate, stage_times
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import ModelSpec
-from uniap.spec.workload import Workload
+from uniap.spec.workload import EXPERT_IMBALANCE, Workload
 from uniap.strategies import Strategy
 
 EDGE_KINDS = ("embedding", "patch_embed", "head")
@@ -139,7 +139,8 @@ def cost_plan(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> tuple[Stage
 
 def workload_of(plan: Plan) -> Workload:
     w = plan.workload
-    return Workload(int(w["global_batch"]), int(w["seq_len"]), str(w["precision"]))
+    return Workload(int(w["global_batch"]), int(w["seq_len"]), str(w["precision"]),
+                    float(w.get("expert_imbalance", EXPERT_IMBALANCE)))
 
 
 def estimate_uniform(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, tp: int = 1, pp: int = 1,

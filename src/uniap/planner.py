@@ -80,7 +80,7 @@ def stage_strategies(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
     stages, micro_batches = candidate[:2]
     micro = workload.global_batch // micro_batches
     distinct = list({layer.signature or layer.name: layer for layer in model.layers}.values())
-    return [s for s in enumerate_strategies(cluster.devices // stages, max_tp=max_tp)
+    return [s for s in enumerate_strategies(cluster.devices // stages, max_tp=max_tp, experts=model.config.experts)
             if any(disallowed(layer, s, micro) is None for layer in distinct)]
 
 

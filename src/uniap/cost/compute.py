@@ -5,6 +5,10 @@
   Multiplication Background" guide) and by a short inner dimension (operand loads dominate: k/(k + k½)).
   Backward runs two GEMMs per forward GEMM, each with its own shape: dX = dY·Wᵀ (m, k, n) and
   dW = Xᵀ·dY (k, n, m).
+- The routed experts' GEMMs (GroupedGemm) as one grouped kernel over the experts a device holds: experts/ep
+  GEMMs whose rows are the tokens each expert receives from the device's expert-data-parallel share of the
+  micro-batch, times the workload's load-imbalance factor (the busiest device sets the pace), tiles and waves
+  counted over the whole group.
 - Attention as its own kernel. Flash attention skips the masked half of a causal score matrix and runs at
   the device's attention efficiency (its backward does 2.5× the forward's matmul work: FlashAttention-2
   recomputes the scores, Dao 2023 §3.1). Standard attention is two batched GEMMs over the whole score
@@ -23,7 +27,7 @@ from typing import NamedTuple
 from uniap.spec.cluster import DeviceType
 from uniap.spec.engine import Engine
 from uniap.spec.model import LayerSpec
-from uniap.spec.ops import Attention, Elementwise, Gemm
+from uniap.spec.ops import Attention, Elementwise, Gemm, GroupedGemm
 
 TILE_M, TILE_N = 256, 128  # cuBLAS/CUTLASS's large bf16 tile (NVIDIA, Matrix Multiplication Background guide)
 FLASH_BACKWARD_WORK = 2.5  # FlashAttention-2 backward: 5 matmuls of the forward's 2 (Dao 2023, §3.1)
@@ -95,6 +99,23 @@ def gemm_time(device: DeviceType, peak: float, m: float, n: float, k: float) -> 
     return 2.0 * m * n * k / (peak * gemm_efficiency(device, m, n, k)) + device.kernel_gap_s
 
 
+def grouped_gemm_time(device: DeviceType, peak: float, groups: float, m: float, n: float, k: float) -> float:
+    """`groups` GEMMs of one shape (m × k)·(k × n) in one kernel (a grouped GEMM): tile padding per GEMM, waves
+    over all of their tiles, one kernel gap."""
+    if groups <= 0 or m <= 0 or n <= 0 or k <= 0:
+        return 0.0
+    eff = device.gemm_efficiency
+    if device.sm_count:
+        tiles_m, tiles_n = math.ceil(m / TILE_M), math.ceil(n / TILE_N)
+        tiles = groups * tiles_m * tiles_n
+        waves = math.ceil(tiles / device.sm_count)
+        eff *= (m * n) / (tiles_m * TILE_M * tiles_n * TILE_N)
+        eff *= tiles / (waves * device.sm_count)
+    if device.gemm_half_k:
+        eff *= k / (k + device.gemm_half_k)
+    return 2.0 * groups * m * n * k / (peak * eff) + device.kernel_gap_s
+
+
 def elementwise_time(device: DeviceType, engine: Engine, kind: str, elems: float) -> float:
     """Forward time of one element-wise operator over `elems` elements (16-bit activations)."""
     if not device.elementwise or elems <= 0:
@@ -113,8 +134,12 @@ def _split(op: Gemm, tp: int) -> tuple[float, float]:
 
 
 def op_times(device: DeviceType, engine: Engine, peak: float, op, samples: float, tp: int, sp: bool,
-             act_scale: float) -> tuple[float, float]:
-    """(forward, backward) seconds of one operator for `samples` samples on one device of a tp group."""
+             act_scale: float, experts: tuple[int, int, float] = (1, 1, 1.0)) -> tuple[float, float]:
+    """(forward, backward) seconds of one operator for `samples` samples on one device of a tp group.
+
+    `experts`: (ep, etp, load-imbalance factor) of the layer's routed experts."""
+    if isinstance(op, GroupedGemm):
+        return grouped_gemm_times(device, peak, op, samples, tp, experts)
     if isinstance(op, Gemm):
         k, n = _split(op, tp)
         m = op.rows * samples
@@ -130,39 +155,58 @@ def op_times(device: DeviceType, engine: Engine, peak: float, op, samples: float
     raise TypeError(f"unknown operator {op!r}")
 
 
+def grouped_gemm_times(device: DeviceType, peak: float, op: GroupedGemm, samples: float, tp: int,
+                       experts: tuple[int, int, float]) -> tuple[float, float]:
+    """The routed experts' GEMMs on one device. The stage's d = dp·tp devices form d/(ep·etp) expert-data-parallel
+    groups, each dispatching its share of the micro-batch's tokens (samples·dp·rows·ep·etp/d of them) to the
+    experts its ep ranks hold; an expert receives top-k/experts of them (× the imbalance factor at the busiest
+    device), and each of its etp ranks multiplies them with its 1/etp slice."""
+    ep, etp, imbalance = experts
+    rows = samples * op.rows * ep * etp / tp * op.topk / op.experts * imbalance
+    groups = op.experts / ep
+    k, n = (op.k, op.n / etp) if op.split == "n" else (op.k / etp, op.n) if op.split == "k" else (op.k, op.n)
+    fwd = grouped_gemm_time(device, peak, groups, rows, n, k)
+    bwd = grouped_gemm_time(device, peak, groups, rows, k, n) + grouped_gemm_time(device, peak, groups, k, n, rows)
+    return op.count * fwd, op.count * bwd
+
+
 def attention_times(device: DeviceType, engine: Engine, peak: float, op: Attention, samples: float, tp: int,
                     act_scale: float) -> tuple[float, float]:
     batch = samples * op.heads / tp  # independent (sample, head) problems on this device
-    if engine.flash:
-        work = 4.0 * op.queries * op.keys * op.head_dim * batch * (0.5 if op.causal else 1.0)
+    value_dim = op.value_dim or op.head_dim
+    if engine.flash:  # Q·Kᵀ over head_dim, scores·V over value_dim: 2 FLOPs per multiply-add each
+        work = 2.0 * op.queries * op.keys * (op.head_dim + value_dim) * batch * (0.5 if op.causal else 1.0)
         fwd_eff, bwd_eff = device.fused_attention_efficiency if engine.kernels == "fused" else \
             device.attention_efficiency
         return (work / (peak * fwd_eff) + device.kernel_gap_s,
                 FLASH_BACKWARD_WORK * work / (peak * bwd_eff) + device.kernel_gap_s)
     rows = op.queries * batch
     scores = gemm_time(device, peak, rows, op.keys, op.head_dim)  # Q·Kᵀ over every (sample, head)
-    values = gemm_time(device, peak, rows, op.head_dim, op.keys)  # softmax(·)·V
+    values = gemm_time(device, peak, rows, value_dim, op.keys)  # softmax(·)·V
     softmax = elementwise_time(device, engine, "softmax", rows * op.keys * act_scale)
     return scores + values + softmax, 2.0 * (scores + values + softmax)
 
 
 def layer_time(device: DeviceType, engine: Engine, peak: float, layer: LayerSpec, samples: float, tp: int,
-               sp: bool, recompute: bool, act_scale: float = 1.0) -> float:
+               sp: bool, recompute: bool, act_scale: float = 1.0, experts: tuple[int, int, float] = (1, 1, 1.0)
+               ) -> float:
     """Forward + backward of one layer call for `samples` samples per device, plus one more forward when
-    recomputed. `act_scale` 2 for fp32 activations (element-wise bytes double).
+    recomputed. `act_scale` 2 for fp32 activations (element-wise bytes double); `experts` (ep, etp, imbalance)
+    places the routed experts of an MoE layer.
 
     Memoised on the values it depends on: the planner prices the same (layer, shard) under many pipeline
     configurations."""
     figures = _Figures(*(getattr(device, name) for name in _Figures._fields))
-    return _layer_time(figures, engine, peak, layer.ops, layer.flops, samples, tp, sp, recompute, act_scale)
+    return _layer_time(figures, engine, peak, layer.ops, layer.flops, samples, tp, sp, recompute, act_scale,
+                       experts if layer.experts else (1, 1, 1.0))
 
 
 @functools.lru_cache(maxsize=1 << 16)
 def _layer_time(device: "_Figures", engine: Engine, peak: float, ops: tuple, flops: float, samples: float, tp: int,
-                sp: bool, recompute: bool, act_scale: float) -> float:
+                sp: bool, recompute: bool, act_scale: float, experts: tuple[int, int, float]) -> float:
     fwd = bwd = 0.0
     for op in ops:
-        f, b = op_times(device, engine, peak, op, samples, tp, sp, act_scale)
+        f, b = op_times(device, engine, peak, op, samples, tp, sp, act_scale, experts)
         fwd += f
         bwd += b
     if not ops and flops > 0:  # a layer described by its FLOPs alone: one large GEMM's rate

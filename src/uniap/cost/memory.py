@@ -16,25 +16,42 @@ STATE_BYTES = {
 
 
 def params_per_device(layer: LayerSpec, s: Strategy) -> float:
-    """Parameters one device holds before ZeRO sharding: tp shards its part, the rest is replicated."""
-    return layer.tp_params / s.tp + (layer.params - layer.tp_params)
+    """Parameters one device holds before ZeRO sharding: tp shards its part, ep·etp the routed experts, the
+    rest is replicated."""
+    return dense_params_per_device(layer, s) + expert_params_per_device(layer, s)
+
+
+def dense_params_per_device(layer: LayerSpec, s: Strategy) -> float:
+    """The parameters that follow the layer's dp × tp (all but the routed experts): ZeRO shards them over dp."""
+    return layer.tp_params / s.tp + (layer.params - layer.tp_params - layer.expert_params)
+
+
+def expert_params_per_device(layer: LayerSpec, s: Strategy) -> float:
+    """The routed experts' parameters on one device: experts/ep of them, each split etp ways. ZeRO shards them
+    over the expert-data-parallel group (edp replicas), as Megatron-Core's distributed optimizer does."""
+    return layer.expert_params / (s.ep * s.etp)
 
 
 def static_bytes(layer: LayerSpec, s: Strategy, precision: str) -> float:
-    """Weights + gradients + optimizer states on one device, after ZeRO sharding over dp."""
+    """Weights + gradients + optimizer states on one device, after ZeRO sharding over dp (the routed experts:
+    over edp)."""
+    return (_states(dense_params_per_device(layer, s), s.dp, s.zero, precision)
+            + _states(expert_params_per_device(layer, s), s.edp, s.zero, precision))
+
+
+def _states(n: float, replicas: int, zero: int, precision: str) -> float:
     weight, grad, optim = STATE_BYTES[precision]
-    n = params_per_device(layer, s)
-    dp = s.dp
-    if s.zero >= 1:
-        optim /= dp
-    if s.zero >= 2:
-        grad /= dp
-    if s.zero >= 3:
-        weight /= dp
+    if zero >= 1:
+        optim /= replicas
+    if zero >= 2:
+        grad /= replicas
+    if zero >= 3:
+        weight /= replicas
     return n * (weight + grad + optim)
 
 
-def activation_bytes_per_sample(layer: LayerSpec, s: Strategy, precision: str, flash_attention: bool) -> float:
+def activation_bytes_per_sample(layer: LayerSpec, s: Strategy, precision: str, flash_attention: bool,
+                                imbalance: float = 1.0) -> float:
     """Activation bytes one device keeps for backward per sample of its dp shard (Korthikanti et al. 2022).
 
     Without recompute: tp shards `act_tp` (and the scores); `act_other` stays replicated over tp
@@ -43,10 +60,16 @@ def activation_bytes_per_sample(layer: LayerSpec, s: Strategy, precision: str, f
     gather it again in backward (Megatron; `uniap run`, runtime/tensor_parallel.py), not where they keep the
     gathered input (DTensor's PrepareModuleInput). With full recompute only the layer input is kept
     (sharded over tp by sp). The figures in LayerSpec are for 16-bit activations; fp32 doubles them.
+
+    Routed experts: dispatch spreads the stage's routed token copies over its d = dp·tp devices, so per sample
+    of the dp shard a device keeps 1/tp of them, × `imbalance` at the busiest device. Expert tensor parallelism
+    gives each of its etp ranks the same tokens (their inputs and outputs are kept whole, etp times over the
+    group) and 1/etp of each expert's inner activations.
     """
     scale = 2.0 if precision == "fp32" else 1.0
     sp_div = s.tp if s.sp else 1
     if s.recompute:
         return scale * layer.act_input / sp_div
     scores = 0.0 if flash_attention else layer.act_scores / s.tp
-    return scale * (layer.act_tp / s.tp + layer.act_other / sp_div + scores)
+    routed = (layer.act_routed * s.etp + layer.act_routed_etp) * imbalance / s.tp
+    return scale * (layer.act_tp / s.tp + layer.act_other / sp_div + scores + routed)

@@ -15,7 +15,8 @@ import numpy as np
 
 from uniap.cost import comm
 from uniap.cost.compute import backward_share, layer_time, optimizer_time, overlapped
-from uniap.cost.memory import activation_bytes_per_sample, params_per_device, static_bytes
+from uniap.cost.memory import (activation_bytes_per_sample, dense_params_per_device, expert_params_per_device,
+                               static_bytes)
 from uniap.errors import UniapError
 from uniap.solve.program import StageProgram
 from uniap.spec.cluster import ClusterSpec, Link
@@ -30,25 +31,48 @@ NOT_RECOMPUTABLE = ("embedding", "head", "patch_embed")
 class StageLinks:
     """The slowest link each kind of group spans, over all stages of one size (stages share tables)."""
 
-    tp: dict[int, Link]  # by tp degree: contiguous ranks
-    dp: dict[int, Link]  # by tp degree (dp group = stride tp across the stage)
+    tp: dict[int, Link]  # by tp degree: contiguous ranks (also etp groups, by etp degree)
+    dp: dict[int, Link]  # by tp degree (dp group = stride tp across the stage; edp groups: stride ep·etp)
     stage: Link  # all ranks of one stage (resharding between layouts)
     boundary: Link  # sender → receiver across a stage boundary
+    ep: dict[tuple[int, int], Link]  # by (ep, etp): an ep group's all-to-all (ep ranks, stride etp)
 
 
 def stage_links(cluster: ClusterSpec, stages: int, strategies: list[Strategy]) -> StageLinks:
     d = cluster.devices // stages
     starts = np.arange(0, cluster.devices, d)[:, None]
-    tp_links, dp_links = {}, {}
-    for tp in sorted({s.tp for s in strategies}):
+    tp_links, dp_links, ep_links = {}, {}, {}
+    strides = {s.tp for s in strategies} | {s.etp for s in strategies} | {s.ep * s.etp for s in strategies}
+    for tp in sorted(strides):
         tp_first = starts + np.arange(0, d, tp)  # tp groups: tp contiguous ranks
         tp_links[tp] = _slowest(cluster, tp_first, tp_first + tp - 1, tp)
         dp_first = starts + np.arange(tp)  # dp groups: stride tp across the stage
         dp_links[tp] = _slowest(cluster, dp_first, dp_first + d - tp, d // tp)
+    for ep, etp in sorted({(s.ep, s.etp) for s in strategies}):
+        block = starts + np.arange(0, d, ep * etp)  # ep·etp contiguous ranks hold every expert once
+        ep_first = (block[..., None] + np.arange(etp)).reshape(len(starts), -1)
+        ep_links[ep, etp] = _all_to_all_link(cluster, ep_first, ep_first + (ep - 1) * etp, ep)
     stage = _slowest(cluster, starts, starts + d - 1, d)
     senders = np.arange(0, cluster.devices - d)
     boundary = _slowest(cluster, senders, senders + d, 2) if stages > 1 else cluster.device.intra
-    return StageLinks(tp_links, dp_links, stage, boundary)
+    return StageLinks(tp_links, dp_links, stage, boundary, ep_links)
+
+
+def _all_to_all_link(cluster: ClusterSpec, first: np.ndarray, last: np.ndarray, size: int) -> Link:
+    """The link an all-to-all of groups of `size` ranks from `first` to `last` sees, as comm.all_to_all prices it.
+
+    Within a node: the intra-node link. Across N nodes, each rank sends (size − size/N)/size of its buffer to
+    other nodes through its own network link (one NIC rail per GPU) while the rest moves over NVLink, so the
+    network part sets the time: the Link's bandwidth is scaled so that comm.all_to_all's (size − 1)/size · B
+    over it takes as long as (size − size/N)/size · B over one network link, and its per-peer latency is the
+    network's.
+    """
+    nodes = int(np.max(cluster.node_of(last) - cluster.node_of(first))) + 1 if first.size else 1
+    if nodes <= 1:
+        return cluster.device.intra
+    inter = cluster.device.inter
+    remote = size - size / nodes  # peers on other nodes
+    return Link(latency_s=inter.latency_s, bandwidth=inter.bandwidth * (size - 1) / remote)
 
 
 def _slowest(cluster: ClusterSpec, first: np.ndarray, last: np.ndarray, size: int) -> Link:
@@ -74,9 +98,16 @@ def _slowest(cluster: ClusterSpec, first: np.ndarray, last: np.ndarray, size: in
 
 def disallowed(layer: LayerSpec, s: Strategy, micro_batch: int) -> str | None:
     """Why layer cannot run under s (None if it can): dp must split the micro-batch, tp must divide
-    heads/FFN/…, sp the tokens; embeddings and heads are not recomputed."""
+    heads/FFN/…, sp the tokens, ep the experts and etp an expert's inner size; a dense layer has no experts to
+    place; embeddings and heads are not recomputed."""
     if micro_batch % s.dp:
         return f"dp {s.dp} does not divide the micro-batch of {micro_batch} samples"
+    if s.moe and not layer.experts:
+        return f"{layer.name} has no routed experts (ep {s.ep}, etp {s.etp} apply to MoE layers only)"
+    if layer.experts and layer.experts % s.ep:
+        return f"ep {s.ep} does not divide the {layer.experts} experts of {layer.name}"
+    if layer.experts and layer.expert_ffn % s.etp:
+        return f"etp {s.etp} does not divide the expert inner size {layer.expert_ffn} of {layer.name}"
     for size in layer.tp_divides:
         if size % s.tp:
             return f"tp {s.tp} does not divide {size} ({layer.name}: heads, FFN or vocabulary)"
@@ -101,41 +132,72 @@ def layer_cost(layer: LayerSpec, s: Strategy, micro_batch: int, cluster: Cluster
     device = cluster.device
     samples = micro_batch / s.dp  # per device
     act_bytes = workload.act_bytes
+    imbalance = workload.expert_imbalance if layer.experts else 1.0
     compute = layer_time(device, cluster.engine, cluster.peak(workload.precision), layer, samples, s.tp, s.sp,
-                         s.recompute, act_scale=act_bytes / 2)
+                         s.recompute, act_scale=act_bytes / 2, experts=(s.ep, s.etp, imbalance))
+    passes = 3.0 if s.recompute else 2.0  # forward, backward, and the recomputed forward
 
     # Tensor parallelism: the forward's all-reduces (reduce-scatter + all-gather with sp: same volume),
     # the same again in backward, and once more when the forward is recomputed. Not overlapped.
     tp_bytes = layer.tp_comm_elems * samples * act_bytes
-    tp_time = (3.0 if s.recompute else 2.0) * comm.all_reduce(tp_bytes, s.tp, links.tp[s.tp])
+    tp_time = passes * comm.all_reduce(tp_bytes, s.tp, links.tp[s.tp])
+    expert_time = passes * _expert_exchange(layer, s, samples * act_bytes * imbalance, links)
 
-    # Data parallelism over the dp group (ZeRO stages as in Rajbhandari et al. 2020). It overlaps with
-    # compute, as FSDP2's prefetching and Megatron's --overlap-grad-reduce/--overlap-param-gather do: only the
-    # part longer than the compute it hides behind counts, and compute runs slower while it overlaps.
-    grad_bytes = params_per_device(layer, s) * (4.0 if workload.precision == "fp32" else 2.0)
-    dp_link = links.dp[s.tp]
-    per_micro = 0.0  # every micro-batch: ZeRO-2/3 gradient reduce-scatter, ZeRO-3 parameter all-gathers
-    if s.zero >= 2:
-        per_micro += comm.reduce_scatter(grad_bytes, s.dp, dp_link)
-    if s.zero >= 3:
-        per_micro += 2 * comm.all_gather(grad_bytes, s.dp, dp_link)  # params gathered for fwd and bwd
-    if s.zero <= 1:
-        sync = comm.all_reduce(grad_bytes, s.dp, dp_link)
-    elif s.zero == 2:
-        sync = comm.all_gather(grad_bytes, s.dp, dp_link)  # updated shards gathered back
-    else:
-        sync = 0.0
-    shard = params_per_device(layer, s) / (s.dp if s.zero >= 1 else 1)
+    # Data parallelism over the dp group (ZeRO stages as in Rajbhandari et al. 2020); the routed experts' over
+    # their edp group. It overlaps with compute, as FSDP2's prefetching and Megatron's
+    # --overlap-grad-reduce/--overlap-param-gather do: only the part longer than the compute it hides behind
+    # counts, and compute runs slower while it overlaps.
+    grad_elem = 4.0 if workload.precision == "fp32" else 2.0
+    dense_micro, dense_sync = _data_parallel(dense_params_per_device(layer, s) * grad_elem, s.dp, s.zero,
+                                             links.dp[s.tp])
+    expert_micro, expert_sync = _data_parallel(expert_params_per_device(layer, s) * grad_elem, s.edp, s.zero,
+                                               links.dp[s.ep * s.etp])
+    per_micro, sync = dense_micro + expert_micro, dense_sync + expert_sync
+    shard = (dense_params_per_device(layer, s) / (s.dp if s.zero >= 1 else 1)
+             + expert_params_per_device(layer, s) / (s.edp if s.zero >= 1 else 1))
     # Once per iteration: DDP's all-reduce hides behind the last micro-batch's backward; ZeRO-1/2's
     # reduce-scatter behind the backward and their parameter all-gather behind the next forward.
     window = compute * (backward_share(s.recompute) if s.zero == 0 else 1.0)
     exposed_sync = overlapped(window, sync, device.overlap_slowdown) - window if sync else 0.0
     once = exposed_sync + optimizer_time(device, shard)
 
-    A = (overlapped(compute, per_micro, device.overlap_slowdown) if per_micro else compute) + tp_time
+    A = (overlapped(compute, per_micro, device.overlap_slowdown) if per_micro else compute) + tp_time + expert_time
     Ms = static_bytes(layer, s, workload.precision)
-    Ma = samples * activation_bytes_per_sample(layer, s, workload.precision, flash_attention=cluster.engine.flash)
+    Ma = samples * activation_bytes_per_sample(layer, s, workload.precision, flash_attention=cluster.engine.flash,
+                                               imbalance=imbalance)
     return A, once, Ms, Ma
+
+
+def _data_parallel(grad_bytes: float, replicas: int, zero: int, link: Link) -> tuple[float, float]:
+    """(every micro-batch, once per iteration) communication of `grad_bytes` of gradients over `replicas` ranks:
+    ZeRO-2/3's gradient reduce-scatter and ZeRO-3's parameter all-gathers per micro-batch; DDP/ZeRO-1's
+    all-reduce or ZeRO-2's all-gather of the updated shards once."""
+    per_micro = 0.0
+    if zero >= 2:
+        per_micro += comm.reduce_scatter(grad_bytes, replicas, link)
+    if zero >= 3:
+        per_micro += 2 * comm.all_gather(grad_bytes, replicas, link)  # params gathered for fwd and bwd
+    if zero <= 1:
+        sync = comm.all_reduce(grad_bytes, replicas, link)
+    elif zero == 2:
+        sync = comm.all_gather(grad_bytes, replicas, link)
+    else:
+        sync = 0.0
+    return per_micro, sync
+
+
+def _expert_exchange(layer: LayerSpec, s: Strategy, bytes_per_elem: float, links: StageLinks) -> float:
+    """One pass's token exchange of an MoE layer (per device; not overlapped): dispatch and combine, each an
+    all-to-all over the ep group of the device's routed token copies (1/tp of the dp shard's: the stage's devices
+    share the tokens), and with etp > 1 an all-gather of the dispatched tokens over the etp group and a
+    reduce-scatter of the experts' outputs. `bytes_per_elem` includes the micro-batch share and the imbalance."""
+    if not layer.experts:
+        return 0.0
+    nbytes = layer.routed_elems * bytes_per_elem / s.tp
+    exchange = 2 * comm.all_to_all(nbytes, s.ep, links.ep[s.ep, s.etp])
+    if s.etp > 1:
+        exchange += 2 * comm.all_gather(nbytes * s.etp, s.etp, links.tp[s.etp])
+    return exchange
 
 
 def shards(s: Strategy) -> int:

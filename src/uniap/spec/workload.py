@@ -14,13 +14,22 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
 INTERLEAVED = "interleaved-1f1b"
 
 
+# Load imbalance of dropless MoE training: tokens the busiest expert-parallel rank receives over the mean.
+# A guess until fitted (docs/cost-model.md, "Mixtures of experts"): balanced routing is 1.0.
+EXPERT_IMBALANCE = 1.1
+
+
 @dataclass(frozen=True)
 class Workload:
     global_batch: int  # samples per iteration (all data-parallel replicas, all micro-batches)
     seq_len: int
     precision: str = "bf16"  # fp32, or mixed precision fp16/bf16 with fp32 master weights
+    expert_imbalance: float = EXPERT_IMBALANCE  # MoE: tokens at the busiest expert-parallel rank / the mean
 
     def __post_init__(self) -> None:
+        if not 1.0 <= self.expert_imbalance <= 64.0:
+            raise UniapError(f"expert imbalance must be in [1, 64] (busiest rank's tokens / the mean), "
+                             f"got {self.expert_imbalance}")
         if self.global_batch < 1:
             raise UniapError(f"global batch must be >= 1, got {self.global_batch}")
         if self.seq_len < 1:
@@ -34,7 +43,8 @@ class Workload:
         return 4 if self.precision == "fp32" else 2
 
     def to_json(self) -> dict:
-        return {"global_batch": self.global_batch, "seq_len": self.seq_len, "precision": self.precision}
+        return {"global_batch": self.global_batch, "seq_len": self.seq_len, "precision": self.precision,
+                "expert_imbalance": self.expert_imbalance}
 
 
 def check_schedule(schedule: str) -> str:
