@@ -141,6 +141,9 @@ def estimate(
     virtual_stages: int = typer.Option(1, "--virtual-stages", help="Chunks per pipeline stage for --schedule "
                                        "interleaved-1f1b (at least 2)."),
     sequence_parallel: bool = typer.Option(False, "--sequence-parallel", help="Megatron sequence parallelism (tp > 1)."),
+    ep: int = typer.Option(1, "--ep", help="Expert-parallel degree of the MoE blocks' routed experts (divides "
+                           "dp·tp and the experts)."),
+    etp: int = typer.Option(1, "--etp", help="Expert tensor-parallel degree (splits each routed expert)."),
     plan: Optional[str] = typer.Option(None, "--plan", help="Re-cost a plan file instead of a uniform configuration."),
     profile: Optional[str] = PROFILE,
     kernels: Optional[Kernels] = KERNELS_FLAG,
@@ -178,7 +181,7 @@ def estimate(
         result = estimate_uniform(spec, clus, workload, tp=tp, pp=pp, dp=dp, zero=zero,
                                   micro_batch_size=micro_batch_size, micro_batches=micro_batches,
                                   recompute=recompute is Recompute.full, sequence_parallel=sequence_parallel,
-                                  schedule=schedule.value, virtual_stages=virtual_stages)
+                                  schedule=schedule.value, virtual_stages=virtual_stages, ep=ep, etp=etp)
     if fmt is Fmt.json:
         emit_json(result.to_json())
     else:

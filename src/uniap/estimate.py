@@ -18,7 +18,7 @@ from uniap.solve.program import StageProgram, evaluate, stage_times
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import ModelSpec
 from uniap.spec.workload import EXPERT_IMBALANCE, Workload
-from uniap.strategies import Strategy
+from uniap.strategies import Strategy, uniform_fallbacks
 
 EDGE_KINDS = ("embedding", "patch_embed", "head")
 
@@ -40,21 +40,21 @@ def uniform_split(model: ModelSpec, stages: int) -> np.ndarray:
 
 def uniform_assignment(model: ModelSpec, stages: int, strategy: Strategy, micro_batch: int
                        ) -> tuple[list[Strategy], np.ndarray, np.ndarray]:
-    """One strategy for every layer (recompute only where a layer can be recomputed), over `stages` pieces of the
-    chain (P, or P·v chunks under interleaving).
+    """One strategy for every layer, over `stages` pieces of the chain (P, or P·v chunks under interleaving):
+    recompute only where a layer can be recomputed, and the expert layout (ep, etp) on MoE layers only, as
+    Megatron-LM and torchtitan apply them.
 
     Raises the first reason a layer cannot take the strategy (e.g. tp not dividing the heads).
     """
-    plain = Strategy(strategy.dp, strategy.tp, strategy.zero, False, strategy.sp)
-    strategies = [strategy] if plain == strategy else [strategy, plain]
+    strategies = uniform_fallbacks(strategy)
     strategy_of = np.zeros(len(model.layers), dtype=int)
     for u, layer in enumerate(model.layers):
-        why = disallowed(layer, strategy, micro_batch)
-        if why and strategy.recompute and disallowed(layer, plain, micro_batch) is None:
-            strategy_of[u] = 1
-        elif why:
-            raise UniapError(why)
-    return strategies, uniform_split(model, stages), strategy_of
+        usable = [k for k, s in enumerate(strategies) if disallowed(layer, s, micro_batch) is None]
+        if not usable:
+            raise UniapError(disallowed(layer, strategy, micro_batch))
+        strategy_of[u] = usable[0]
+    used = sorted(set(strategy_of.tolist()))
+    return [strategies[k] for k in used], uniform_split(model, stages), np.searchsorted(used, strategy_of)
 
 
 def predict(model: ModelSpec, cluster: ClusterSpec, workload: Workload, program: StageProgram,
@@ -146,9 +146,11 @@ def workload_of(plan: Plan) -> Workload:
 def estimate_uniform(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, tp: int = 1, pp: int = 1,
                      dp: int | None = None, zero: int = 0, micro_batch_size: int | None = None,
                      micro_batches: int | None = None, recompute: bool = False, sequence_parallel: bool = False,
-                     schedule: str = "1f1b", virtual_stages: int = 1) -> Plan:
+                     schedule: str = "1f1b", virtual_stages: int = 1, ep: int = 1, etp: int = 1) -> Plan:
     """Cost a Megatron-style configuration: Megatron's micro-batch size is per device, so c = B / (dp·b).
-    Interleaved 1F1B (`virtual_stages` > 1) splits the blocks evenly over the P·v chunks."""
+    Interleaved 1F1B (`virtual_stages` > 1) splits the blocks evenly over the P·v chunks. `ep`/`etp` place
+    the routed experts of an MoE model's MoE blocks (Megatron's --expert-model-parallel-size and
+    --expert-tensor-parallel-size) on each stage's dp·tp devices."""
     n = cluster.devices
     if tp < 1 or pp < 1:
         raise UniapError("--tp and --pp must be >= 1")
@@ -171,7 +173,10 @@ def estimate_uniform(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
     micro = batch // micro_batches
     if micro % dp:
         raise UniapError(f"a micro-batch of {micro} samples does not split over dp {dp}")
-    strategy = Strategy(dp=dp, tp=tp, zero=zero if dp > 1 else 0, recompute=recompute, sp=sequence_parallel)
+    if (ep > 1 or etp > 1) and not model.config.is_moe:
+        raise UniapError(f"--ep and --etp place routed experts, and {model.name} has none")
+    strategy = Strategy(dp=dp, tp=tp, zero=zero if dp > 1 else 0, recompute=recompute, sp=sequence_parallel,
+                        ep=ep, etp=etp)
     strategies, stage_of, strategy_of = uniform_assignment(model, pp * virtual_stages, strategy, micro)
     program = build_program(model, cluster, workload, pp, micro_batches, strategies, schedule, virtual_stages)
     predicted = predict(model, cluster, workload, program, stage_of, strategy_of)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from uniap.errors import UniapError
 
@@ -75,7 +75,12 @@ class Strategy:
         return "·".join(parts) or "single"
 
     def to_json(self) -> dict:
-        return asdict(self)
+        """The fields; ep and etp only where they place experts (a dense plan reads as it did before them)."""
+        data = asdict(self)
+        for name in ("ep", "etp"):
+            if data[name] == 1:
+                del data[name]
+        return data
 
     @classmethod
     def from_json(cls, data: dict) -> "Strategy":
@@ -91,6 +96,14 @@ class Strategy:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise UniapError(f"malformed strategy {data!r}: {exc}") from None
+
+
+def uniform_fallbacks(s: Strategy) -> list[Strategy]:
+    """What a uniform configuration (one strategy for every layer, as Megatron-LM and torchtitan take it) runs on
+    a layer that cannot take `s`, in order of preference: `s` without recompute (embeddings and heads), without
+    its expert layout (dense layers), without both."""
+    plain, dense = replace(s, recompute=False), replace(s, ep=1, etp=1)
+    return list(dict.fromkeys((s, plain, dense, replace(dense, recompute=False))))
 
 
 def divisors(n: int) -> list[int]:

@@ -133,7 +133,7 @@ def test_compare_command_json_and_table():
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert [r["method"] for r in data["rows"]] == ["uniap", "megatron-grid", "dp"]
-    assert data["workload"] == {"global_batch": 16, "seq_len": 1024, "precision": "bf16"}
+    assert data["workload"] == {"global_batch": 16, "seq_len": 1024, "precision": "bf16", "expert_imbalance": 1.1}
     res = runner.invoke(_app(), args + ["--precision", "fp32", "--schedule", "gpipe"], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     for word in ("uniap", "megatron-grid", "dp", "speed-up", "search time"):

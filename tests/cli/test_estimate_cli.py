@@ -15,7 +15,8 @@ def test_estimate_prints_the_plan_contract(cli_json):
     assert abs(plan["model"]["parameters"] - 6.74e9) / 6.74e9 < 0.01
     assert plan["cluster"] == {"name": "a100-80g:1x8", "devices": 8, "nodes": 1, "devices_per_node": 8,
                                "engine": {"kernels": "eager", "attention": "flash"}}
-    assert plan["workload"] == {"global_batch": 512, "seq_len": 4096, "precision": "bf16"}
+    assert plan["workload"] == {"global_batch": 512, "seq_len": 4096, "precision": "bf16",
+                                "expert_imbalance": 1.1}
     assert plan["pipeline"] == {"degree": 1, "micro_batches": 64, "schedule": "1f1b", "virtual_stages": 1}
     assert plan["stages"] == [{"index": 0, "ranks": list(range(8)), "layers": [0, 33], "chunks": [[0, 33]]}]
     assert {json.dumps(l["strategy"], sort_keys=True) for l in plan["layers"]} == {

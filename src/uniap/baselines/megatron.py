@@ -25,24 +25,23 @@ from uniap.solve.program import StageProgram, evaluate_many
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import ModelSpec
 from uniap.spec.workload import Workload
-from uniap.strategies import Strategy
+from uniap.strategies import Strategy, uniform_fallbacks
 
 
 def uniform_rows(program: StageProgram, strategies: list[Strategy]) -> tuple[np.ndarray, np.ndarray]:
-    """(configurations, assignments): for every strategy k usable by all layers, the uniform assignment
-    (k everywhere; its non-recomputed twin where a layer cannot be recomputed), as `uniform_assignment` makes it."""
+    """(configurations, assignments): for every strategy k, the uniform assignment (k everywhere; on a layer that
+    cannot take it, its first usable `uniform_fallbacks` twin), as `uniform_assignment` makes it; k is left out
+    when some layer has no usable twin."""
     ok = np.asarray(program.allowed)
     index = {s: k for k, s in enumerate(strategies)}
     keys, rows = [], []
     for k, s in enumerate(strategies):
-        row = np.full(program.layers, k, dtype=int)
-        if not ok[:, k].all():
-            plain = index.get(Strategy(s.dp, s.tp, s.zero, False, s.sp)) if s.recompute else None
-            if plain is None:
-                continue
-            row[~ok[:, k]] = plain
-            if not ok[np.arange(program.layers), row].all():
-                continue
+        twins = [index[t] for t in uniform_fallbacks(s) if t in index]
+        row = np.full(program.layers, -1, dtype=int)
+        for j in reversed(twins):  # the most preferred usable twin wins
+            row[ok[:, j]] = j
+        if (row < 0).any():
+            continue
         keys.append(k)
         rows.append(row)
     return np.array(keys, dtype=int), np.array(rows, dtype=int).reshape(len(rows), program.layers)
@@ -54,6 +53,8 @@ def describe(s: Strategy, stages: int, micro_batches: int, global_batch: int) ->
     if s.dp > 1:
         parts.append(f"zero{s.zero}")
     parts += [f"mbs{micro // s.dp}", f"c{micro_batches}"]
+    if s.ep > 1 or s.etp > 1:
+        parts.append(f"ep{s.ep}" + (f"·etp{s.etp}" if s.etp > 1 else ""))
     if s.recompute:
         parts.append("recompute")
     return " ".join(parts)
