@@ -31,6 +31,18 @@ Adaptations, all following the same "what does backward read" rule:
     * T5's FFN has a dropout between its two matrices: + s·f (mask); fc2 reads the dropout output
       instead of the activation output, so nothing else changes.
     * Swin's window attention keeps per window (w²)² scores per head: nW·a·w⁴·(2 or 5) bytes.
+    * MoE blocks (`_moe_ffn`): the router input and fp32 routing probabilities per token; per routed
+      token copy (s·k of them) the dispatched input, the expert's gate/up outputs and their product, and
+      the expert output the combine weights. The routed part is `act_routed` / `act_routed_etp` (expert
+      parallelism places it), not act_tp.
+    * MLA (`_mla_attention`): the two latents (each latent norm's input and the up projection's input)
+      are replicated like the QKV input; Q, K (a·dq each), V and o_proj's input (a·dv each) are sharded.
+
+Mixture of experts: a block in `moe_layers` replaces its MLP by a router (h × E, replicated), E routed
+experts of inner size fe (their weights are the block's `expert_params`: sharded by ep·etp, not by tp) and
+optional shared experts (tensor-parallel like a dense MLP). A token costs its k experts' FLOPs, whatever E.
+The other blocks keep the dense MLP of inner size `ffn` (DeepSeek-V3's first 3, Qwen's mlp_only_layers).
+MLA (DeepSeek-V3): queries and keys/values pass through low-rank latents; see `_mla_attention`.
 
 Tensor parallelism (Megatron, Shoeybi et al. 2019): `tp_params` are the attention/MLP matrices and the
 biases of column-parallel layers (QKV, fc1); row-parallel biases, norms and relative-position tables
@@ -61,9 +73,11 @@ from uniap.spec.ops import Attention, Elementwise, Gemm, GroupedGemm
 
 # Decoder-only language models: embed, blocks, head. Besides gpt2 and llama (the zoo's), the Hugging Face
 # model_types spec.hf reads; they differ only in ModelConfig options (biases, norms, qk-norm, parallel
-# residual, sliding windows), never in code of their own.
+# residual, sliding windows, experts, MLA), never in code of their own.
 DECODER_FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3", "gpt_neox",
-                    "falcon", "olmo2", "starcoder2", "cohere")
+                    "falcon", "olmo2", "starcoder2", "cohere") + ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
+                                                                  "gpt_oss")
+MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss")  # decoders with MoE blocks
 FAMILIES = DECODER_FAMILIES + ("bert", "t5", "vit", "swin")
 TEXT_FAMILIES = DECODER_FAMILIES + ("bert", "t5")
 VISION_FAMILIES = ("vit", "swin")
@@ -128,7 +142,8 @@ def _attention(cfg: ModelConfig, s: int, h: int, heads: int, kv_heads: int, d: i
     `window`: a causal sliding window (Mistral, Gemma 2/3 local layers) shorter than s makes each query
     see `window` keys: s·window pairs, priced as a band (not causal-halved) by the cost model.
     `pre_norm` / `post_norm`: a norm before the sublayer and/or after it (OLMo 2, Gemma 2/3); each keeps
-    its input. T5 cross-attention has the same figures: its K and V read the encoder output (same length
+    its input. Attention sinks (gpt-oss): one logit per head, split with the heads under tp, no FLOPs
+    counted (one more column of the softmax). T5 cross-attention has the same figures: its K and V read the encoder output (same length
     s here) instead of the norm output, and that tensor is shared by every decoder block of a stage, so it
     is not counted per block either way.
     """
@@ -142,10 +157,11 @@ def _attention(cfg: ModelConfig, s: int, h: int, heads: int, kv_heads: int, d: i
     col_bias = (q_w + 2 * kv_w) if cfg.qkv_bias else 0
     row_bias = h if cfg.out_bias else 0
     qk_params, qk_tp = _qk_norm_params(cfg, q_w, kv_w, d)
+    sinks = heads if cfg.attn_sinks else 0
     norms = int(pre_norm) + int(post_norm)
     return _Fig(
-        params=norms * _norm_params(cfg, h) + mats + col_bias + row_bias + qk_params,
-        tp_params=mats + col_bias + qk_tp,
+        params=norms * _norm_params(cfg, h) + mats + col_bias + row_bias + qk_params + sinks,
+        tp_params=mats + col_bias + qk_tp + sinks,
         flops=2.0 * s * h * (q_w + 2 * kv_w) + 2.0 * 2.0 * pairs * q_w + 2.0 * s * q_w * h,
         # Q, K, V and the output-projection input (+ Q and K before their norms)
         act_tp=2.0 * s * q_w + 2.0 * 2 * s * kv_w + 2.0 * s * q_w + (2.0 * s * (q_w + kv_w) if cfg.qk_norm else 0.0),
@@ -157,6 +173,55 @@ def _attention(cfg: ModelConfig, s: int, h: int, heads: int, kv_heads: int, d: i
         + ((_norm_op(cfg, s * (q_w + kv_w), tp_sharded=True),) if cfg.qk_norm else ())
         + ((Elementwise("rotary", s * (q_w + kv_w) * cfg.rotary_fraction, tp_sharded=True),) if _rotary(cfg) else ())
         + (Attention(heads, d, queries, keys, causal), Gemm(s, q_w, h, "k"))
+        + ((_norm_op(cfg, s * h),) if post_norm else ())
+        + ((Elementwise("dropout", s * h),) if dropout else ()) + (Elementwise("residual", s * h),),
+    )
+
+
+def _mla_attention(cfg: ModelConfig, s: int, h: int, *, dropout: bool, window: int = 0, pre_norm: bool = True,
+                   post_norm: bool = False) -> _Fig:
+    """Multi-head latent attention (DeepSeek-V2/V3; HF DeepseekV3Attention): a heads, rq / rkv latent widths,
+    dn + dr = dq query/key width per head (dr of it rotary), dv value width per head.
+
+    Queries: q_a_proj h → rq, RMSNorm(rq), q_b_proj rq → a·dq (or one q_proj h → a·dq when q_lora_rank is
+    0). Keys and values: kv_a_proj_with_mqa h → rkv + dr (the latent and ONE rotary key shared by the
+    heads), RMSNorm(rkv), kv_b_proj rkv → a·(dn + dv). Output: o_proj a·dv → h. attention_bias puts biases
+    on q_a_proj, kv_a_proj_with_mqa and o_proj only.
+    Tensor parallelism splits the heads: the up projections (q_b_proj / q_proj, kv_b_proj) column-parallel,
+    o_proj row-parallel; the down projections and latent norms are replicated (every tp rank needs the
+    whole latent).
+    FLOPs: the five matmuls, then 2·pairs·a·dq for QKᵀ and 2·pairs·a·dv for scores·V.
+    Kept for backward (the "what backward reads" rule): replicated, each norm's input, the down projections'
+    input, the latents (each latent norm's input and the up projection's input: 2·2·s·r per latent) and the
+    residual-dropout mask; tp-sharded, the attention kernel's Q and K (a·dq wide each: the shared rotary
+    key is broadcast to every head), V (a·dv) and o_proj's input (a·dv).
+    """
+    a, rq, rkv = cfg.heads, cfg.q_lora_rank, cfg.kv_lora_rank
+    dr, dn, dv = cfg.qk_rope_dim, cfg.qk_nope_dim, cfg.v_head_dim
+    dq = dn + dr
+    keys, causal = (window, False) if 0 < window < s else (s, True)
+    pairs = s * keys
+    D = 1 if dropout else 0
+    q_mats = h * rq + rq * a * dq if rq else h * a * dq
+    kv_mats = h * (rkv + dr) + rkv * a * (dn + dv)
+    up = (rq if rq else h) * a * dq + rkv * a * (dn + dv) + a * dv * h  # what tp shards
+    biases = (rq if rq else 0) + rkv + dr + h if cfg.qkv_bias else 0
+    norms = int(pre_norm) + int(post_norm)
+    q_ops = ((Gemm(s, h, rq), _norm_op(cfg, s * rq), Gemm(s, rq, a * dq, "n")) if rq
+             else (Gemm(s, h, a * dq, "n"),))
+    return _Fig(
+        params=norms * _norm_params(cfg, h) + q_mats + kv_mats + a * dv * h + biases
+        + (_norm_params(cfg, rq) if rq else 0) + _norm_params(cfg, rkv),
+        tp_params=up,
+        flops=2.0 * s * (q_mats + kv_mats + a * dv * h) + 2.0 * pairs * a * dq + 2.0 * pairs * a * dv,
+        act_tp=2.0 * s * a * dq * 2 + 2.0 * s * a * dv * 2,
+        act_other=2.0 * s * h * norms + 2.0 * s * h + 2.0 * 2 * s * (rq + rkv) + D * s * h,
+        act_scores=(2 + 3 * D) * a * float(pairs),
+        comm=s * h,
+        ops=((_norm_op(cfg, s * h),) if pre_norm else ()) + q_ops
+        + (Gemm(s, h, rkv + dr), _norm_op(cfg, s * rkv), Gemm(s, rkv, a * (dn + dv), "n"),
+           Elementwise("rotary", s * a * dr, tp_sharded=True), Elementwise("rotary", s * dr),
+           Attention(a, dq, s, keys, causal, value_dim=dv), Gemm(s, a * dv, h, "k"))
         + ((_norm_op(cfg, s * h),) if post_norm else ())
         + ((Elementwise("dropout", s * h),) if dropout else ()) + (Elementwise("residual", s * h),),
     )
@@ -337,11 +402,70 @@ def _check_decoder_options(cfg: ModelConfig) -> None:
                          "must be set together")
     if any(not 0 <= i < cfg.layers for i in cfg.sliding_layers):
         raise _fail(cfg, f"sliding_layers must be block indices 0..{cfg.layers - 1}, got {list(cfg.sliding_layers)}")
+    _check_moe(cfg)
+    _check_mla(cfg)
     decoder_only = {"qk_norm": cfg.qk_norm != "", "block_norms": cfg.block_norms != "pre",
-                    "parallel_residual": cfg.parallel_residual, "sliding_window": bool(cfg.sliding_window)}
+                    "parallel_residual": cfg.parallel_residual, "sliding_window": bool(cfg.sliding_window),
+                    "experts": cfg.is_moe, "kv_lora_rank": bool(cfg.kv_lora_rank), "attn_sinks": cfg.attn_sinks}
     used = [name for name, on in decoder_only.items() if on]
     if used and cfg.family not in DECODER_FAMILIES:
         raise _fail(cfg, f"{', '.join(used)} apply to decoder families only")
+
+
+def _nonneg_ints(cfg: ModelConfig, names: tuple[str, ...]) -> None:
+    for name in names:
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise _fail(cfg, f"{name} must be a non-negative integer, got {value!r}")
+
+
+def _check_moe(cfg: ModelConfig) -> None:
+    """The expert fields: all zero for a dense model, consistent for an MoE one."""
+    _nonneg_ints(cfg, ("experts", "experts_per_token", "expert_ffn", "shared_ffn", "mtp_layers"))
+    if not cfg.is_moe:
+        if cfg.experts_per_token or cfg.expert_ffn or cfg.shared_ffn or cfg.shared_gate or cfg.moe_layers \
+                or cfg.router_bias or cfg.expert_bias:
+            raise _fail(cfg, "expert fields (experts_per_token, expert_ffn, shared_ffn, shared_gate, moe_layers, "
+                             "router_bias, expert_bias) need experts > 0")
+        return
+    if not 1 <= cfg.experts_per_token <= cfg.experts:
+        raise _fail(cfg, f"experts_per_token must be in 1..{cfg.experts} (experts), got {cfg.experts_per_token}")
+    if cfg.shared_gate and not cfg.shared_ffn:
+        raise _fail(cfg, "shared_gate needs a shared expert (shared_ffn > 0)")
+    if any(not isinstance(i, int) or not 0 <= i < cfg.layers for i in cfg.moe_layers):
+        raise _fail(cfg, f"moe_layers must be block indices 0..{cfg.layers - 1}, got {list(cfg.moe_layers)}")
+
+
+def _check_mla(cfg: ModelConfig) -> None:
+    """Multi-head latent attention: the latent and per-head widths, and a head_dim equal to dn + dr."""
+    _nonneg_ints(cfg, ("q_lora_rank", "kv_lora_rank", "qk_rope_dim", "qk_nope_dim", "v_head_dim"))
+    if not cfg.kv_lora_rank:
+        if cfg.q_lora_rank or cfg.qk_rope_dim or cfg.qk_nope_dim:
+            raise _fail(cfg, "q_lora_rank, qk_rope_dim and qk_nope_dim are MLA fields: they need kv_lora_rank > 0")
+        return
+    if cfg.qk_rope_dim < 1 or cfg.v_head_dim < 1:
+        raise _fail(cfg, f"MLA needs qk_rope_dim and v_head_dim > 0, got {cfg.qk_rope_dim}, {cfg.v_head_dim}")
+    if cfg.head_dim != cfg.qk_nope_dim + cfg.qk_rope_dim:
+        raise _fail(cfg, f"MLA's head_dim (kv_channels) must be qk_nope_dim + qk_rope_dim = "
+                         f"{cfg.qk_nope_dim + cfg.qk_rope_dim}, got {cfg.head_dim}")
+    if cfg.n_kv_heads != cfg.heads:
+        raise _fail(cfg, f"MLA has no key/value head groups: kv_heads must be 0 or {cfg.heads}, got {cfg.kv_heads}")
+
+
+def mtp_parameters(cfg: ModelConfig) -> int:
+    """Parameters the multi-token-prediction modules add to a checkpoint that transformers does not build
+    (DeepSeek-V3, `num_nextn_predict_layers`), embedding and head shared with the main model.
+
+    Each module (DeepSeek-V3 report §2.2; the checkpoint's model.layers.61): one more decoder block like the
+    last one, RMSNorms enorm and hnorm on the embedding and the hidden state (h each), eh_proj 2h → h, and
+    shared_head.norm (h). DeepSeek-V3: 11.5B. The checkpoint also stores the module's own copies of the
+    embedding and the head (V·h each, 0.9B), so its published 685B = 671.0B + 11.5B + 2 × 0.9B.
+    """
+    if not cfg.mtp_layers:
+        return 0
+    h = cfg.hidden
+    block = _std_block(cfg, "mtp", 1, block=cfg.layers - 1).params
+    return cfg.mtp_layers * (block + 2 * h * h + 2 * _norm_params(cfg, h) + _norm_params(cfg, h))
 
 
 def check_seq_len(cfg: ModelConfig, seq_len: int) -> None:
@@ -436,8 +560,12 @@ def _std_block(cfg: ModelConfig, name: str, s: int, *, block: int = 0) -> LayerS
                      "shared_input": cfg.parallel_residual}
         mlp = (_moe_ffn(cfg, s, h, dropout=D, **mlp_norms) if block in cfg.moe_layers
                else _ffn(cfg, s, h, f, dropout=D, **mlp_norms))
-        fig = _attention(cfg, s, h, a, g, d, dropout=D, causal=True, window=cfg.window_of(block), pre_norm=pre,
-                         post_norm=post) + mlp
+        if cfg.kv_lora_rank:
+            attn = _mla_attention(cfg, s, h, dropout=D, window=cfg.window_of(block), pre_norm=pre, post_norm=post)
+        else:
+            attn = _attention(cfg, s, h, a, g, d, dropout=D, causal=True, window=cfg.window_of(block),
+                              pre_norm=pre, post_norm=post)
+        fig = attn + mlp
     if block in cfg.moe_layers:
         divides = tuple(dict.fromkeys((a, g) + ((cfg.shared_ffn,) if cfg.shared_ffn else ())))
         return _layer(name, "block", fig, tokens=s, width=h, act_input=2.0 * s * h, out_elems=s * h,

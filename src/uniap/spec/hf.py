@@ -1,6 +1,6 @@
-"""Hugging Face `config.json` → ModelConfig, for gpt2, bert, t5, vit, swin and the dense decoders of
-DECODER_TYPES (llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, phi3, gpt_neox, falcon, olmo2,
-starcoder2, cohere).
+"""Hugging Face `config.json` → ModelConfig, for gpt2, bert, t5, vit, swin and the decoders of
+DECODER_TYPES: dense (llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, phi3, gpt_neox, falcon, olmo2,
+starcoder2, cohere) and mixture-of-experts (mixtral, qwen2_moe, qwen3_moe, deepseek_v3, gpt_oss).
 
 Field names and defaults are those of the transformers configuration classes (GPT2Config, LlamaConfig,
 …; transformers 5.24): a field the class defaults is optional here with the same default; a field that
@@ -12,6 +12,14 @@ without a field saying so (its norm, MLP, biases, q/k norms, residual layout) an
 Sequence length: a RoPE-scaled config that states the length it was pre-trained at
 (`original_max_position_embeddings`: Llama 3.1, Phi-3 128k) defaults to it, not the extended window; one that
 does not (Gemma 3) defaults to `max_position_embeddings`.
+
+Mixtures of experts (`_moe_fields`): which blocks are MoE follows the transformers modeling code
+(Qwen: `decoder_sparse_step` and `mlp_only_layers`; DeepSeek-V3: all from `first_k_dense_replace` on,
+`moe_layer_freq` is ignored as transformers ignores it),
+and the counts are those transformers builds: DeepSeek-V3's `e_score_correction_bias` is a buffer (not
+counted), its MTP module is not built (`ModelConfig.mtp_layers` keeps it, `families.mtp_parameters` counts
+it); `norm_topk_prob` and the routing functions have no parameters. An MoE config of another model_type is
+refused in one line naming it (MOE_KEYS tell an MoE config apart).
 """
 
 from __future__ import annotations
@@ -201,6 +209,7 @@ class _Decoder:
     #                    alternate (Gemma 2: even blocks) | pattern (Gemma 3: all but every 6th)
     rotary_field: str = "partial_rotary_factor"  # the field giving the rotated share of each head
     gelu_is_tanh: bool = False  # hidden_act "gelu" means the tanh approximation (Gemma, as transformers)
+    moe: str = ""  # the expert layout (`_moe_fields`): mixtral | qwen | deepseek | gpt_oss
     defaults: dict = field(default_factory=dict)  # class defaults for fields a config.json may leave out
 
 
@@ -252,8 +261,37 @@ _DECODERS: dict[str, _Decoder] = {
                        parallel_residual="always", shared_norm=True,
                        defaults={"tie_word_embeddings": True, "attention_bias": False, "use_qk_norm": False,
                                  "max_position_embeddings": 8192}),
+    # --- mixtures of experts (class defaults of transformers 5.24's configuration classes) --------------------
+    "mixtral": _Decoder(qkv_bias=False, out_bias=False, sliding="all", moe="mixtral",
+                        defaults={"tie_word_embeddings": False, "sliding_window": None, "num_key_value_heads": 8,
+                                  "max_position_embeddings": 131072, "num_local_experts": 8,
+                                  "num_experts_per_tok": 2}),
+    "qwen2_moe": _Decoder(qkv_bias="qkv_bias", out_bias=False, sliding="qwen", moe="qwen",
+                          defaults={"tie_word_embeddings": False, "qkv_bias": True, "use_sliding_window": False,
+                                    "sliding_window": 4096, "max_window_layers": 28, "max_position_embeddings": 32768,
+                                    "decoder_sparse_step": 1, "moe_intermediate_size": 1408,
+                                    "shared_expert_intermediate_size": 5632, "num_experts_per_tok": 4,
+                                    "num_experts": 60}),
+    "qwen3_moe": _Decoder(qk_norm="head", sliding="qwen", moe="qwen",
+                          defaults={"tie_word_embeddings": False, "attention_bias": False, "use_sliding_window": False,
+                                    "sliding_window": 4096, "max_window_layers": 28, "max_position_embeddings": 32768,
+                                    "decoder_sparse_step": 1, "moe_intermediate_size": 768, "num_experts_per_tok": 8,
+                                    "num_experts": 128}),
+    "deepseek_v3": _Decoder(out_bias="attention_bias", moe="deepseek",
+                            defaults={"tie_word_embeddings": False, "attention_bias": False,
+                                      "max_position_embeddings": 4096, "moe_intermediate_size": 2048,
+                                      "n_shared_experts": 1, "n_routed_experts": 256, "num_experts_per_tok": 8,
+                                      "first_k_dense_replace": 3, "kv_lora_rank": 512, "q_lora_rank": 1536,
+                                      "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+                                      "num_nextn_predict_layers": 1}),
+    "gpt_oss": _Decoder(sliding="alternate", moe="gpt_oss",
+                        defaults={"tie_word_embeddings": False, "attention_bias": True, "head_dim": 64,
+                                  "sliding_window": 128, "max_position_embeddings": 131072, "num_local_experts": 128,
+                                  "num_experts_per_tok": 4}),
 }
 DECODER_TYPES = tuple(_DECODERS) + ("gemma3_text",)  # gemma3: the multimodal wrapper around a gemma3_text
+# Fields only a mixture-of-experts config has (DBRX keeps its own in `ffn_config`).
+MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "moe_num_experts")
 
 # hidden_act values of the decoders → ModelConfig.activation
 _ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
@@ -328,14 +366,65 @@ def _falcon_layout(f: _Fields, heads: int) -> tuple[int, bool, bool]:
     return kv, parallel, parallel and norms == 1
 
 
+def _index_list(f: _Fields, key: str, layers: int) -> tuple[int, ...]:
+    """A list of block indices (null or absent: none)."""
+    value = f.data.get(key)
+    if value is None:
+        return ()
+    if not isinstance(value, list) or any(not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < layers
+                                          for i in value):
+        raise f.fail(f"field {key!r} must be a list of block indices 0..{layers - 1}, got {value!r}")
+    return tuple(value)
+
+
+def _moe_fields(f: _Fields, fam: _Decoder, layers: int) -> dict:
+    """ModelConfig's expert (and MLA) fields of an MoE family, as its transformers modeling code builds them."""
+    if fam.moe == "deepseek":
+        # q_lora_rank null: one full-rank q_proj (DeepSeek-V2-Lite); absent: the class default.
+        q_rank = 0 if "q_lora_rank" in f.data and f.data["q_lora_rank"] is None else f.int("q_lora_rank")
+        first_dense = f.int("first_k_dense_replace", positive=False)
+        shared = f.int("n_shared_experts", 0, positive=False) * f.int("moe_intermediate_size")
+        mtp_key = "num_mtp_layers" if "num_mtp_layers" in f.data else "num_nextn_predict_layers"
+        fields = dict(experts=f.int("n_routed_experts"), expert_ffn=f.int("moe_intermediate_size"),
+                      shared_ffn=shared, moe_layers=tuple(range(first_dense, layers)),
+                      q_lora_rank=q_rank, kv_lora_rank=f.int("kv_lora_rank"), qk_rope_dim=f.int("qk_rope_head_dim"),
+                      qk_nope_dim=f.int("qk_nope_head_dim", positive=False), v_head_dim=f.int("v_head_dim"),
+                      mtp_layers=f.int(mtp_key, 0, positive=False))
+    elif fam.moe == "qwen":
+        # Qwen2/3-MoE (HF Qwen2MoeDecoderLayer): block i is MoE unless listed in mlp_only_layers, when
+        # (i + 1) % decoder_sparse_step == 0; Qwen3-MoE has no shared expert.
+        step, dense = f.int("decoder_sparse_step"), _index_list(f, "mlp_only_layers", layers)
+        experts = f.int("num_experts", positive=False)
+        shared = f.int("shared_expert_intermediate_size", positive=False) if f.model_type == "qwen2_moe" else 0
+        fields = dict(experts=experts, expert_ffn=f.int("moe_intermediate_size"), shared_ffn=shared,
+                      shared_gate=shared > 0,
+                      moe_layers=tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0)
+                      if experts else ())
+    else:  # mixtral, gpt_oss: every block MoE, experts of intermediate_size
+        fields = dict(experts=f.int("num_local_experts"), expert_ffn=f.int("intermediate_size"),
+                      moe_layers=tuple(range(layers)))
+        if fam.moe == "gpt_oss":  # biased router and experts, a sink logit per head
+            fields.update(router_bias=True, expert_bias=True, attn_sinks=True)
+    if not fields["moe_layers"]:  # no MoE block (num_experts 0, or every block in mlp_only_layers): dense
+        return {k: v for k, v in fields.items() if k in ("q_lora_rank", "kv_lora_rank", "qk_rope_dim",
+                                                          "qk_nope_dim", "v_head_dim", "mtp_layers")}
+    return {**fields, "experts_per_token": f.int("num_experts_per_tok")}
+
+
 def _decoder(f: _Fields, name: str) -> ModelConfig:
     family = "gemma3" if f.model_type == "gemma3_text" else f.model_type
     fam = _DECODERS[family]
     f.defaults = fam.defaults
     hidden, heads, layers = f.int("hidden_size"), f.int("num_attention_heads"), f.int("num_hidden_layers")
-    head_dim = f.int("head_dim", hidden // heads if hidden % heads == 0 else _MISSING)
+    extra = _moe_fields(f, fam, layers) if fam.moe else {}
+    if family == "deepseek_v3":  # MLA: q/k heads dn + dr wide, no key/value head groups
+        head_dim = extra["qk_nope_dim"] + extra["qk_rope_dim"]
+    else:
+        head_dim = f.int("head_dim", hidden // heads if hidden % heads == 0 else _MISSING)
     if family == "falcon":
         kv, parallel, shared = _falcon_layout(f, heads)
+    elif family == "deepseek_v3":
+        kv, parallel, shared = 0, False, False
     else:
         kv = f.int("num_key_value_heads", heads)
         parallel = fam.parallel_residual == "always" or bool(fam.parallel_residual) and f.bool(fam.parallel_residual)
@@ -357,7 +446,7 @@ def _decoder(f: _Fields, name: str) -> ModelConfig:
         rotary_fraction=f.fraction(fam.rotary_field, 1.0), sliding_window=window,
         sliding_layers=sliding,
         attn_softcap=f.optional_number("attn_logit_softcapping"),
-        logit_softcap=f.optional_number("final_logit_softcapping"))
+        logit_softcap=f.optional_number("final_logit_softcapping"), **extra)
 
 
 _OTHER_TYPES = {"gpt2": "learned positions, LayerNorm, GeLU MLP, biases, tied embeddings",
@@ -381,7 +470,15 @@ def _describe(fam: _Decoder) -> str:
                      + (f" if {fam.parallel_residual}" if fam.parallel_residual != "always" else ""))
     if fam.sliding:
         parts.append(f"sliding window ({fam.sliding})")
+    if fam.moe:
+        parts.append(_MOE_NOTES[fam.moe])
     return ", ".join(parts)
+
+
+_MOE_NOTES = {"mixtral": "MoE in every block",
+              "qwen": "MoE blocks by decoder_sparse_step / mlp_only_layers (+ gated shared expert in qwen2_moe)",
+              "deepseek": "MLA, MoE from first_k_dense_replace on, shared experts, MTP not built",
+              "gpt_oss": "MoE with biased router and experts, attention sinks"}
 
 
 def model_types() -> list[dict]:
@@ -397,6 +494,12 @@ _READERS = {"gpt2": _gpt2, "bert": _bert, "t5": _t5, "vit": _vit, "swin": _swin,
 MODEL_TYPES = tuple(_READERS)
 
 
+def _is_moe(data: dict) -> bool:
+    """A config with experts: one of MOE_KEYS at the top or in a nested object (DBRX's ffn_config)."""
+    nested = [v for v in data.values() if isinstance(v, dict)]
+    return any(key in d and d[key] for d in [data] + nested for key in MOE_KEYS)
+
+
 def read_hf_config(path: str | Path) -> ModelConfig:
     """Read a Hugging Face config.json (or a folder holding one) into a ModelConfig."""
     path = Path(path)
@@ -407,6 +510,9 @@ def read_hf_config(path: str | Path) -> ModelConfig:
     if model_type is None:
         raise UniapError(f"{path}: missing field 'model_type' (one of {', '.join(MODEL_TYPES)})")
     if model_type not in _READERS:
+        if _is_moe(data):
+            raise UniapError(f"{path}: unsupported mixture-of-experts model_type {model_type!r} (MoE types read: "
+                             f"{', '.join(t for t, fam in _DECODERS.items() if fam.moe)})")
         raise UniapError(f"{path}: unsupported model_type {model_type!r} (supported: {', '.join(MODEL_TYPES)})")
     name = _model_name(data, path)
     if model_type == "gemma3":  # Gemma 3 4B and up: a vision tower + a gemma3_text decoder; uniap plans the decoder

@@ -81,6 +81,7 @@ class ModelConfig:
     qk_nope_dim: int = 0  # per-head width of the non-rotary part of queries and keys
     v_head_dim: int = 0  # per-head width of the values (0: head_dim)
     mtp_layers: int = 0  # multi-token-prediction modules after the last block (DeepSeek-V3: 1)
+    attn_sinks: bool = False  # a learned logit per head joins each softmax (gpt-oss): `heads` parameters a block
 
     def __post_init__(self):
         for name in ("depths", "sliding_layers", "moe_layers"):  # JSON gives lists
@@ -176,6 +177,14 @@ class ModelSpec:
     @property
     def parameters(self) -> int:
         return sum(layer.params for layer in self.layers) - self.tied_params
+
+    @property
+    def active_parameters(self) -> int:
+        """Parameters one token uses: all but the routed experts it is not sent to, (E - k) of the E experts'
+        weights in every MoE block (an expert's weights are an E-th of the block's `expert_params`)."""
+        k = self.config.experts_per_token
+        idle = sum(layer.expert_params // layer.experts * (layer.experts - k) for layer in self.layers if layer.experts)
+        return self.parameters - idle
 
     def flops_per_sample(self) -> float:
         """Forward FLOPs of one sample through the whole chain."""

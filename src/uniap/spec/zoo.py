@@ -26,6 +26,16 @@ def _llama(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: 
                        learned_positions=False, tied_embeddings=False)
 
 
+def _moe(name: str, family: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: int, vocab: int,
+         max_seq: int, *, experts: int, topk: int, expert_ffn: int, **fields) -> ModelConfig:
+    """A Llama-style mixture of experts (RoPE, RMSNorm, no biases, SwiGLU MLP and experts, untied embeddings);
+    `fields` the family's own (shared experts, MLA, q/k norms). moe_layers defaults to every block."""
+    return ModelConfig(name=name, family=family, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
+                       ffn=ffn, vocab=vocab, max_seq=max_seq, gated_mlp=True, norm="rmsnorm", bias=False,
+                       learned_positions=False, tied_embeddings=False, experts=experts, experts_per_token=topk,
+                       expert_ffn=expert_ffn, **fields)
+
+
 def _bert(name: str, layers: int, hidden: int, heads: int) -> ModelConfig:
     """BERT: vocab 30522 (uncased WordPiece), 512 positions, 2 token types, FFN 4h, MLM decoder tied to
     the word embeddings (Devlin et al. 2019; HF bert-large-uncased config.json)."""
@@ -99,6 +109,24 @@ _PRESETS: tuple[ModelConfig, ...] = (
     _llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192),
     _llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
     _llama("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192),
+    # --- mixtures of experts (the figures of their Hugging Face config.json, as spec.hf reads them; the
+    # stored copies and where they come from: tests/data/hf/<name>/SOURCE) -------------------------------
+    # Mixtral 8x7B (Jiang et al. 2024; mistralai/Mixtral-8x7B-v0.1 config.json): 32 blocks, 8 experts of
+    # 14336, top-2, GQA 8 kv heads, 32768 positions; 46.7B parameters, 12.9B active.
+    _moe("mixtral-8x7b", "mixtral", 32, 4096, 32, 8, 14336, 32000, 32768, experts=8, topk=2, expert_ffn=14336),
+    # Qwen3-235B-A22B (Qwen/Qwen3-235B-A22B config.json, as the Qwen3 report's Table 2 gives it): 94 blocks,
+    # hidden 4096, 64 heads × 128 with 4 kv heads, q/k norms, 128 experts of 1536, top-8, no shared expert,
+    # every block MoE (decoder_sparse_step 1, mlp_only_layers []), vocab 151936, 40960 positions; 235B, 22B active.
+    _moe("qwen3-235b-a22b", "qwen3_moe", 94, 4096, 64, 4, 12288, 151936, 40960, experts=128, topk=8,
+         expert_ffn=1536, kv_channels=128, qk_norm="head"),
+    # DeepSeek-V3 (DeepSeek-AI 2024, §4.2; deepseek-ai/DeepSeek-V3 config.json): 61 blocks, hidden 7168, MLA
+    # with 128 heads (q latent 1536, kv latent 512, q/k heads 128 + 64 rotary, values 128), the first 3
+    # blocks dense (ffn 18432), then 256 routed experts of 2048, top-8, plus 1 shared expert; pre-trained
+    # at 4096 tokens (YaRN-extended after). 671B parameters in the main model, 37B active; its 1 MTP module
+    # is not in the chain (spec.families.mtp_parameters).
+    _moe("deepseek-v3", "deepseek_v3", 61, 7168, 128, 0, 18432, 129280, 4096, experts=256, topk=8, expert_ffn=2048,
+         shared_ffn=2048, moe_layers=tuple(range(3, 61)), kv_channels=192, q_lora_rank=1536, kv_lora_rank=512,
+         qk_rope_dim=64, qk_nope_dim=128, v_head_dim=128, mtp_layers=1),
     # --- tiny models for local (CPU) runs -----------------------------------------------------------
     ModelConfig(name="tiny-gpt", family="gpt2", layers=4, hidden=128, heads=4, ffn=512, vocab=512, max_seq=64,
                 tied_embeddings=False),
