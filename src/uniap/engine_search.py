@@ -1,9 +1,10 @@
 """`uniap plan --engine E`: the fastest plan an engine can run, beside the free optimum.
 
 An engine runs one strategy over all blocks (`export.capability`), so the search is: every pipeline
-configuration (P, c, v) the planner would try whose schedule the engine has, times every uniform assignment
-(`baselines.megatron.uniform_rows`: one strategy on the blocks, its non-recomputed twin on embedding and head)
-the engine can run, times the splits it can express:
+configuration (P, c, v) the planner would try whose schedule the engine has, times every engine assignment
+(`engine_rows`: one strategy on the MoE blocks, or on every block of a dense model, that strategy without the
+experts' layout on dense blocks and without recompute on embedding and head) the engine can run
+(`EngineRules.strategy_why_not`, its expert layouts included), times the splits it can express:
 - "any" (torchtitan's module lists per chunk): the MILP places the stages with every layer's strategy pinned, so
   the best split is proven like the planner's;
 - "first-last" (Megatron-LM) and "even" (DeepSpeed): few enough splits to cost each one with `evaluate`.
@@ -20,7 +21,6 @@ from functools import lru_cache
 
 import numpy as np
 
-from uniap.baselines.megatron import uniform_rows
 from uniap.errors import UniapError
 from uniap.estimate import make_plan, predict
 from uniap.export.capability import ANY_SPLIT, EVEN, EngineRules
@@ -30,8 +30,9 @@ from uniap.planner import MAX_VIRTUAL_STAGES, build_candidate, candidates, plan_
 from uniap.solve.program import StageProgram, evaluate_many, lower_bound
 from uniap.solve.uop import search
 from uniap.spec.cluster import ClusterSpec
-from uniap.spec.model import ModelSpec
+from uniap.spec.model import LayerSpec, ModelSpec
 from uniap.spec.workload import INTERLEAVED, Workload
+from uniap.strategies import Strategy
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,28 @@ def engine_splits(rules: EngineRules, blocks: int, pp: int, v: int) -> list[tupl
             elif rest % middle_stages == 0 and rest // middle_stages >= v and (rest // middle_stages) % v == 0:
                 per_stage.append([first] + [rest // middle_stages] * middle_stages + [last])
     return [tuple(stages[j % pp] // v for j in range(pp * v)) for stages in per_stage]
+
+
+def engine_rows(layers: list[LayerSpec], strategies: list[Strategy], allowed: np.ndarray, rules: EngineRules,
+                pp: int) -> np.ndarray:
+    """(assignments, layers): for every strategy s the engine can give the MoE blocks (every block of a dense model)
+    on pp stages, the assignment it configures: s on MoE blocks, s without ep and etp on dense blocks, that without
+    recompute on embedding and head; kept where `allowed` (layers × strategies) lets every layer take its part."""
+    index = {s: k for k, s in enumerate(strategies)}
+    experts = max((layer.experts for layer in layers), default=0)
+    kinds = ["moe" if layer.experts else "block" if layer.kind == "block" else "edge" for layer in layers]
+    rows = []
+    for s in strategies:
+        if rules.strategy_why_not(s, pp, experts):
+            continue
+        dense = replace(s, ep=1, etp=1)
+        parts = {"moe": s, "block": dense, "edge": replace(dense, recompute=False)}
+        if any(parts[kind] not in index for kind in kinds):
+            continue
+        row = np.array([index[parts[kind]] for kind in kinds])
+        if np.asarray(allowed)[np.arange(len(layers)), row].all():
+            rows.append(row)
+    return np.array(rows, dtype=int).reshape(len(rows), len(layers))
 
 
 def chunk_of_layers(chunk_blocks: tuple[int, ...]) -> np.ndarray:
@@ -123,9 +146,7 @@ def engine_plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
         if program is None:
             return None
         strategies = stage_strategies(model, cluster, workload, cand, max_tp)
-        keys, rows = uniform_rows(program, strategies)
-        usable = [i for i, k in enumerate(keys) if rules.strategy_why_not(strategies[k], cand[0]) is None]
-        return program, strategies, rows[usable]
+        return program, strategies, engine_rows(model.layers, strategies, program.allowed, rules, cand[0])
 
     best = (math.inf, None, None, None)  # value, candidate, stage_of, strategy_of
     optimal, gap = True, 0.0

@@ -5,6 +5,7 @@ config code declares (types, choices, its validation rules), giving the plan set
 import argparse
 import json
 import math
+import re
 import shlex
 import tomllib
 
@@ -46,7 +47,29 @@ def _megatron_parser() -> argparse.ArgumentParser:
                    default="learned_absolute")
     p.add_argument("--recompute-granularity", choices=("full", "selective"))
     p.add_argument("--recompute-method", choices=("uniform", "block"))
+    # Mixtures of experts and MLA: arguments.py `_add_moe_args` (--num-experts, --moe-layer-freq as `moe_freq_type`),
+    # `_add_mla_args` (its defaults) and the TransformerConfig / ModelParallelConfig fields ArgumentGroupFactory
+    # makes flags of (Optional[int] → int, bool False → store_true, Literal → choices)
+    for flag in ("--num-experts", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size", "--q-lora-rank",
+                 "--expert-tensor-parallel-size"):
+        p.add_argument(flag, type=int)
+    p.add_argument("--moe-router-topk", type=int, default=2)
+    p.add_argument("--expert-model-parallel-size", type=int, default=1)
+    for flag, default in (("--kv-lora-rank", 32), ("--qk-head-dim", 128), ("--qk-pos-emb-head-dim", 64),
+                          ("--v-head-dim", 128)):
+        p.add_argument(flag, type=int, default=default)
+    p.add_argument("--moe-layer-freq", type=_moe_freq, default=1)
+    p.add_argument("--moe-token-dispatcher-type", choices=("allgather", "alltoall", "flex"), default="allgather")
+    for flag in ("--moe-grouped-gemm", "--moe-shared-expert-gate", "--multi-latent-attention"):
+        p.add_argument(flag, action="store_true")
     return p
+
+
+def _moe_freq(text: str) -> list[int]:
+    """arguments.py `moe_freq_type`: an int N (every N-th layer MoE) or a list expression of 0s and 1s."""
+    if re.search(r"[^,\d\[\]\(\)\+\*]", text):
+        raise ValueError(f"Invalid pattern: {text}")
+    return eval(text) if "[" in text else int(text)  # the characters allowed make it a list or an int
 
 
 MEGATRON_SCHEMA = _megatron_parser()
@@ -103,6 +126,7 @@ def read_megatron(text: str) -> dict:
         raise UniapError("Megatron-LM flags: --sequence-parallel without tensor parallelism is switched off")
     if args.recompute_granularity == "selective" and args.recompute_method:
         raise UniapError("Megatron-LM flags: selective recompute takes no --recompute-method")
+    _check_megatron_experts(args, world, tp, pp)
     return {"tp": tp, "dp": dp, "pp": pp, "zero": int(args.use_distributed_optimizer and dp > 1),
             "sp": args.sequence_parallel, "recompute": args.recompute_granularity == "full",
             "global_batch": args.global_batch_size,
@@ -110,6 +134,21 @@ def read_megatron(text: str) -> dict:
             "micro_batch_size": args.micro_batch_size,
             "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
             **_megatron_split(args, pp)}
+
+
+def _check_megatron_experts(args: argparse.Namespace, world: int, tp: int, pp: int) -> None:
+    """The expert rules of validate_args, initialize_model_parallel, the layer specs and MoELayer.forward."""
+    ep, etp = args.expert_model_parallel_size, args.expert_tensor_parallel_size or tp
+    if ep > 1 and (args.num_experts is None or args.num_experts % ep):
+        raise UniapError("Megatron-LM flags: Number of experts should be a multiple of expert model parallel_size.")
+    if world % (etp * ep * pp):
+        raise UniapError(f"Megatron-LM flags: world_size ({world}) is not divisible by "
+                         f"expert_tensor_model_pipeline_parallel size ({etp * ep * pp})")
+    if args.num_experts and tp > 1 and not args.sequence_parallel:
+        raise UniapError("Megatron-LM: During training, performance may degrade if MoE and tensor parallelism"
+                         "are enabled without also enabling sequence parallelism.")
+    if isinstance(args.moe_layer_freq, list) and len(args.moe_layer_freq) != args.num_layers:
+        raise UniapError(f"Megatron-LM flags: Invalid length of moe_layer_pattern: {len(args.moe_layer_freq)}")
 
 
 def _megatron_split(args: argparse.Namespace, pp: int) -> dict:
@@ -144,7 +183,8 @@ TORCHTITAN_SCHEMA = {
     "parallelism": {"data_parallel_replicate_degree": int, "data_parallel_shard_degree": int,
                     "fsdp_reshard_after_forward": str, "tensor_parallel_degree": int,
                     "pipeline_parallel_degree": int, "pipeline_parallel_schedule": str,
-                    "pipeline_parallel_microbatch_size": int, "module_fqns_per_model_part": list},
+                    "pipeline_parallel_microbatch_size": int, "module_fqns_per_model_part": list,
+                    "expert_parallel_degree": int, "expert_tensor_parallel_degree": int},
     "activation_checkpoint": {"mode": str},
 }
 """The sections and keys written, with their types, as torchtitan 0.2.2's JobConfig dataclasses declare them."""
@@ -170,19 +210,25 @@ TORCHTITAN_FLAVORS = {
     ("qwen3", "8B"): dict(dim=4096, n_layers=36, n_heads=32, hidden_dim=12288),
     ("qwen3", "14B"): dict(dim=5120, n_layers=40, n_heads=40, hidden_dim=17408),
     ("qwen3", "32B"): dict(dim=5120, n_layers=64, n_heads=64, hidden_dim=25600),
+    ("qwen3", "30B-A3B"): dict(dim=2048, n_layers=48, n_heads=32, n_kv_heads=4, hidden_dim=6144, moe_enabled=True,
+                               moe_inter_dim=768, num_experts=128, top_k=8, num_shared_experts=0),
+    ("qwen3", "235B-A22B"): dict(dim=4096, n_layers=94, n_heads=64, n_kv_heads=4, hidden_dim=12288,
+                                 rope_theta=5000000, moe_enabled=True, moe_inter_dim=1536, num_experts=128, top_k=8,
+                                 num_shared_experts=0),
 }
-"""The dense flavors' arguments as 0.2.2's `llama3_args` and `qwen3_args` give them (0.3.0's `llama3_configs` and
-`qwen3_configs` build the same figures); the rest are their defaults (`TORCHTITAN_DEFAULTS`)."""
+"""The flavors' arguments as 0.2.2's `llama3_args` and `qwen3_args` give them, MoEArgs flattened (0.3.0's
+`llama3_configs` and `qwen3_configs` build the same figures); the rest are their defaults (`TORCHTITAN_DEFAULTS`)."""
 
 TORCHTITAN_DEFAULTS = {"llama3": dict(vocab_size=128256, rope_theta=500000, n_kv_heads=None, ffn_dim_multiplier=None,
                                       multiple_of=256, enable_weight_tying=False),
                        "qwen3": dict(vocab_size=151936, rope_theta=1000000, n_kv_heads=8, head_dim=128,
-                                     enable_weight_tying=False)}
+                                     enable_weight_tying=False, moe_enabled=False)}
 """Every llama3 flavor sets rope_theta 500000 (TransformerModelArgs' default is 10000); Qwen3ModelArgs' defaults."""
 
 TORCHTITAN_RECIPES = {"llama3_8b": ("llama3", "8B"), "llama3_70b": ("llama3", "70B"),
                       "llama3_405b": ("llama3", "405B"), "qwen3_0_6b": ("qwen3", "0.6B"),
-                      "qwen3_1_7b": ("qwen3", "1.7B"), "qwen3_14b": ("qwen3", "14B"), "qwen3_32b": ("qwen3", "32B")}
+                      "qwen3_1_7b": ("qwen3", "1.7B"), "qwen3_14b": ("qwen3", "14B"), "qwen3_32b": ("qwen3", "32B"),
+                      "qwen3_30b_a3b": ("qwen3", "30B-A3B")}
 """0.3.0's config registry entries for those flavors (`model_registry(FLAVOR)` in each)."""
 
 
@@ -191,7 +237,7 @@ def torchtitan_built(model: str, flavor: str) -> dict:
     4·dim to multiple_of · ceil(ffn_dim_multiplier · int(2 · 4·dim / 3) / multiple_of), its head_dim is
     dim // n_heads, and its RoPE always applies Llama 3.1's scaling (0.2.2 `precompute_freqs_cis` with the
     default RoPEScalingArgs, 0.3.0 `ComplexRoPE(scaling="llama")`); qwen3 gives hidden_dim and head_dim and
-    does not scale."""
+    does not scale; a qwen3 MoE flavor makes every block MoE, so its hidden_dim builds nothing (ffn 0)."""
     args = {**TORCHTITAN_DEFAULTS[model], **TORCHTITAN_FLAVORS[model, flavor]}
     if model == "llama3":
         ffn = int(2 * 4 * args["dim"] / 3)
@@ -200,10 +246,12 @@ def torchtitan_built(model: str, flavor: str) -> dict:
         ffn = args["multiple_of"] * math.ceil(ffn / args["multiple_of"])
         head_dim, scaling = args["dim"] // args["n_heads"], True
     else:
-        ffn, head_dim, scaling = args["hidden_dim"], args["head_dim"], False
+        ffn, head_dim, scaling = 0 if args["moe_enabled"] else args["hidden_dim"], args["head_dim"], False
+    experts = (args["num_experts"], args["top_k"], args["moe_inter_dim"]) if args.get("moe_enabled") else (0, 0, 0)
     return {"layers": args["n_layers"], "hidden": args["dim"], "heads": args["n_heads"],
             "kv_heads": args["n_kv_heads"] or args["n_heads"], "ffn": ffn, "vocab": args["vocab_size"],
-            "head_dim": head_dim, "tied": args["enable_weight_tying"], "rope": Rope(args["rope_theta"], scaling)}
+            "head_dim": head_dim, "tied": args["enable_weight_tying"], "rope": Rope(args["rope_theta"], scaling),
+            "experts": experts, "shared_experts": args.get("num_shared_experts", 0)}
 
 
 def torchtitan_split(parts: list[list[str]], release: str) -> tuple[int, ...]:

@@ -67,6 +67,7 @@ def test_torchtitan_flavors_are_what_it_registers():
         built = torchtitan_built(model, flavor.name)
         assert (built["layers"], built["hidden"], built["heads"], built["kv_heads"], built["ffn"], built["vocab"],
                 built["head_dim"], built["tied"]) == flavor.figures and built["rope"] == flavor.rope
+        assert built["experts"] == flavor.experts and built["shared_experts"] == 0
         if flavor.recipe:
             assert TORCHTITAN_RECIPES[flavor.recipe] == (model, flavor.name)
     assert {flavor.recipe for flavor in FLAVORS if flavor.recipe} == set(TORCHTITAN_RECIPES)

@@ -1,7 +1,8 @@
 """What a training engine can express, and a plan reduced to the terms every engine's configuration speaks.
 
 Engines configure a job with one strategy for all transformer blocks (tensor, data and pipeline sizes, one ZeRO
-level, recomputation on or off) and a way to split the blocks into stages. `job_of` reduces a plan to that
+level, recomputation on or off) and a way to split the blocks into stages; in a mixture of experts one expert
+layout (ep, etp) for every MoE block, the dense blocks running the same strategy without one. `job_of` reduces a plan to that
 (`EngineJob`) or refuses it in one line naming the first layer that differs; `EngineRules.why_not` says what
 a given engine cannot run of it, its model architecture included. Both `uniap export` and the engine-restricted
 search (`uniap plan --engine`) read these rules, so a plan the search returns is one the export accepts
@@ -14,7 +15,7 @@ DeepSpeed's PipeDataParallelTopology (pipe outer, data inner).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from uniap.errors import UniapError
@@ -50,6 +51,10 @@ class EngineJob:
     """ZeRO stage over the dp group (0 when dp is 1)."""
     sp: bool
     """Megatron sequence parallelism (only with tp > 1)."""
+    ep: int
+    """Expert-parallel degree of the MoE blocks (1 in a dense model)."""
+    etp: int
+    """Expert tensor-parallel degree of the MoE blocks (1 in a dense model)."""
     recompute: bool
     """Every block recomputes its forward in backward (embedding and head never do)."""
     global_batch: int
@@ -82,7 +87,13 @@ class EngineJob:
 
     @property
     def strategy(self) -> Strategy:
-        return Strategy(self.dp, self.tp, self.zero, self.recompute, self.sp)
+        """The strategy of the MoE blocks (of every block in a dense model)."""
+        return Strategy(self.dp, self.tp, self.zero, self.recompute, self.sp, self.ep, self.etp)
+
+
+def moe_blocks(config: ModelConfig) -> frozenset[int]:
+    """The blocks (0-based) whose MLP is a mixture of experts."""
+    return frozenset(config.moe_layers) if config.is_moe else frozenset()
 
 
 def job_of(plan: Plan) -> EngineJob:
@@ -92,13 +103,21 @@ def job_of(plan: Plan) -> EngineJob:
         all(name.startswith("block.") for name in names[1:-1])
     if not decoder:
         raise UniapError(f"export handles chains of embedding, blocks and head; {plan.model['name']} is not one")
-    blocks = plan.layers[1:-1]
-    shared = blocks[0].strategy
-    for layer in blocks:
-        if layer.strategy != shared:
-            raise UniapError(f"layer {layer.index} ({layer.name}) runs {layer.strategy.label()} but block.0 runs "
-                             f"{shared.label()}: engines run one strategy over all blocks")
-    edge = Strategy(shared.dp, shared.tp, shared.zero, False, shared.sp)
+    blocks, config = plan.layers[1:-1], plan.model_config()
+    moe = moe_blocks(config)
+    shared = next((layer.strategy for i, layer in enumerate(blocks) if i in moe), blocks[0].strategy)
+    dense = replace(shared, ep=1, etp=1) if moe else shared
+    for i, layer in enumerate(blocks):
+        if i in moe and layer.strategy != shared:
+            raise UniapError(f"layer {layer.index} ({layer.name}) runs {layer.strategy.label()} but the first MoE "
+                             f"block runs {shared.label()}: engines run one strategy over all MoE blocks")
+        if i not in moe and layer.strategy != dense:
+            runs = f"layer {layer.index} ({layer.name}) runs {layer.strategy.label()}"
+            if moe:
+                raise UniapError(f"{runs} but the MoE blocks run {shared.label()}: engines give a dense block that "
+                                 f"strategy without expert parallelism ({dense.label()})")
+            raise UniapError(f"{runs} but block.0 runs {shared.label()}: engines run one strategy over all blocks")
+    edge = replace(dense, recompute=False)
     for layer in (plan.layers[0], plan.layers[-1]):
         if layer.strategy != edge:
             raise UniapError(f"layer {layer.index} ({layer.name}) runs {layer.strategy.label()} but the blocks run "
@@ -119,9 +138,9 @@ def job_of(plan: Plan) -> EngineJob:
         raise UniapError(f"global batch {global_batch} does not split into {micro_batches} micro-batches over dp "
                          f"{shared.dp}")
     return EngineJob(
-        model=str(plan.model["name"]), config=plan.model_config(), world=plan.world_size,
+        model=str(plan.model["name"]), config=config, world=plan.world_size,
         devices_per_node=int(plan.cluster.get("devices_per_node", plan.world_size)), tp=shared.tp, dp=shared.dp, pp=pp,
-        zero=shared.zero, sp=shared.sp, recompute=shared.recompute, global_batch=global_batch,
+        zero=shared.zero, sp=shared.sp, ep=shared.ep, etp=shared.etp, recompute=shared.recompute, global_batch=global_batch,
         micro_batches=micro_batches, micro_batch_size=global_batch // (micro_batches * shared.dp),
         seq_len=int(plan.workload["seq_len"]), precision=str(plan.workload["precision"]),
         schedule=str(plan.pipeline["schedule"]), virtual_stages=v, chunk_blocks=tuple(chunks))
@@ -158,10 +177,14 @@ class EngineRules:
     pipeline_why_not: Callable[[ModelConfig], str | None] | None = None
     """What of a model the engine cannot pipeline (pp > 1), where that differs from the model alone. The
     engine-restricted search does not see it: an export refuses such a plan."""
+    expert_layout_why_not: Callable[[Strategy], str | None] | None = None
+    """What of the MoE blocks' strategy (its ep and etp beside dp, tp, sp) the engine cannot run, beyond ep
+    dividing the experts (None: it has no expert parallelism)."""
 
     def why_not(self, job: EngineJob) -> str | None:
         """The first thing of `job` this engine cannot run, or None."""
-        why = self.why_not_model(job.config, job.precision) or self.strategy_why_not(job.strategy, job.pp)
+        why = self.why_not_model(job.config, job.precision) or \
+            self.strategy_why_not(job.strategy, job.pp, job.config.experts)
         if why:
             return why
         if job.pp > 1 and job.schedule not in self.pipeline_schedules:
@@ -180,8 +203,19 @@ class EngineRules:
             return f"it does not train in {precision} ({', '.join(self.precisions)})"
         return self.architecture_why_not(config)
 
-    def strategy_why_not(self, s: Strategy, pp: int) -> str | None:
-        """Why the engine cannot run strategy `s` on every block of a pp-stage pipeline (None if it can)."""
+    def strategy_why_not(self, s: Strategy, pp: int, experts: int = 0) -> str | None:
+        """Why the engine cannot run strategy `s` on every block of a pp-stage pipeline (None if it can); in a
+        model of `experts` routed experts, `s` is the MoE blocks' strategy (the dense blocks' without ep, etp)."""
+        if s.moe and not experts:
+            return f"the model has no experts for the plan's expert layout ({s.label()})"
+        if experts:
+            if experts % s.ep:
+                return f"ep {s.ep} does not divide the model's {experts} experts"
+            if s.moe and self.expert_layout_why_not is None:
+                return f"it has no expert parallelism (the plan has {s.label()})"
+            why = self.expert_layout_why_not(s) if self.expert_layout_why_not else None
+            if why:
+                return why
         if s.tp > 1 and not self.tensor_parallel:
             return f"its configuration has no tensor parallelism (the plan has tp {s.tp})"
         if s.tp > 1 and self.sequence_parallel_always and not s.sp:

@@ -14,7 +14,8 @@ test_engine_parsers.py). What it can express:
 - without a pipeline, recomputation is the model's own (`deepspeed.checkpointing`, configured by the
   `activation_checkpointing` section written when the plan recomputes);
 - bf16, fp16 (mixed precision with fp32 master weights) or fp32;
-- any model family: the model is the user's own code (`architecture_why_not`).
+- any model family: the model is the user's own code (`architecture_why_not`), but not a mixture of experts,
+  whose experts DeepSpeed places inside that code (`deepspeed.moe.layer.MoE(ep_size=...)`), not from the config.
 The batch rule is DeepSpeed's: train_batch_size = train_micro_batch_size_per_gpu × gradient_accumulation_steps ×
 data-parallel size.
 """
@@ -28,7 +29,10 @@ from uniap.spec.model import ModelConfig
 
 
 def architecture_why_not(config: ModelConfig) -> str | None:
-    """Nothing: DeepSpeed wraps the user's own model code, which builds the architecture as planned."""
+    """A mixture of experts: its expert layout is the model code's (deepspeed.moe.layer.MoE), which a config cannot
+    set. Otherwise nothing: DeepSpeed wraps the user's own model code, which builds the architecture as planned."""
+    if config.is_moe:
+        return "its experts and their ep are set in the model code (deepspeed.moe.layer.MoE), not in its config"
     return None
 
 

@@ -17,13 +17,26 @@ does:
 - RoPE rotates with `--rotary-base` (an int, default 10000) and Llama 3.1's scaling with `--use-rope-scaling`
   (factor `--rope-scaling-factor`, default 8);
 - with tp > 1 `validate_args` asserts CUDA_DEVICE_MAX_CONNECTIONS=1 before Blackwell (device arch < 10; it
-  only warns with Megatron-FSDP, not exported), so the script sets it.
+  only warns with Megatron-FSDP, not exported), so the script sets it;
+- a mixture of experts (`--num-experts`, `--moe-router-topk`, `--moe-ffn-hidden-size`,
+  `--moe-shared-expert-intermediate-size`, `--moe-layer-freq` for a dense/MoE pattern; the TransformerConfig
+  fields arguments.py turns into flags) lays its experts out by "parallel folding": `--expert-model-parallel-size`
+  ep and `--expert-tensor-parallel-size` etp (default: tp, so always written) for every MoE layer, the expert
+  ranks etp innermost, then ep, then expert-data-parallel (`parallel_state.initialize_model_parallel`, which
+  raises unless etp · ep · pp divides the world: ep · etp divides a stage's dp · tp); `validate_args` asserts
+  that ep divides the experts, and `MoELayer.forward` (core/transformer/moe/moe_layer.py) raises when training
+  with tp > 1 without `--sequence-parallel`. Dispatch is the all-to-all the plan prices
+  (`--moe-token-dispatcher-type alltoall`; the default gathers all tokens), local experts run as grouped GEMMs
+  (`--moe-grouped-gemm`);
+- multi-head latent attention is `--multi-latent-attention` with its ranks and head widths (`--q-lora-rank`
+  unset: a full-rank query).
 """
 
 from __future__ import annotations
 
-from uniap.export.capability import FIRST_LAST, EngineJob, EngineRules, block_layout_why_not, rope_of
+from uniap.export.capability import FIRST_LAST, EngineJob, EngineRules, block_layout_why_not, moe_blocks, rope_of
 from uniap.spec.model import ModelConfig
+from uniap.strategies import Strategy
 
 SCRIPT = "pretrain_gpt.py"
 RENDEZVOUS = (' --node-rank "${NODE_RANK:-0}" --master-addr "${MASTER_ADDR:-localhost}"'
@@ -60,14 +73,26 @@ def architecture_why_not(config: ModelConfig) -> str | None:
         return f"its gated MLP is SwiGLU (the model gates with {config.activation})"
     if not config.gated_mlp and config.activation not in ("gelu", "gelu_tanh"):
         return f"its plain MLP is GeLU (the model's is {config.activation})"
+    if config.is_moe and (config.mlp_bias or config.router_bias or config.expert_bias):
+        return "its export has no MLP, router or expert biases in a mixture of experts (the model has them)"
+    if config.mtp_layers:
+        return f"its export has no multi-token prediction (the model has {config.mtp_layers} MTP modules)"
     return block_layout_why_not(config)
+
+
+def expert_layout_why_not(s: Strategy) -> str | None:
+    """`MoELayer.forward` raises when training with tp > 1 without sequence parallelism; any ep · etp dividing
+    dp · tp folds (`Strategy` holds that)."""
+    if s.tp > 1 and not s.sp:
+        return f"its MoE layers with tensor parallelism need sequence parallelism (the plan has {s.label()})"
+    return None
 
 
 RULES = EngineRules(name="megatron", families=("gpt2", "llama"), precisions=("bf16", "fp16", "fp32"),
                     zero_stages=(0, 1), pipeline_zero_stages=(0, 1), tensor_parallel=True,
                     sequence_parallel_always=False, replicate_alone=False,
                     pipeline_schedules=("1f1b", "interleaved-1f1b"), split=FIRST_LAST,
-                    architecture_why_not=architecture_why_not)
+                    architecture_why_not=architecture_why_not, expert_layout_why_not=expert_layout_why_not)
 
 
 def model_flags(job: EngineJob) -> list[str]:
@@ -105,11 +130,37 @@ def model_flags(job: EngineJob) -> list[str]:
         flags.append("--untie-embeddings-and-output-weights")
     if not config.dropout:  # Megatron's hidden_dropout and attention_dropout default to 0.1
         flags += ["--attention-dropout 0.0", "--hidden-dropout 0.0"]
+    if config.kv_lora_rank:
+        flags += ["--multi-latent-attention", f"--kv-lora-rank {config.kv_lora_rank}",
+                  f"--qk-head-dim {config.qk_nope_dim}", f"--qk-pos-emb-head-dim {config.qk_rope_dim}",
+                  f"--v-head-dim {config.v_head_dim or config.head_dim}"]
+        if config.q_lora_rank:
+            flags.append(f"--q-lora-rank {config.q_lora_rank}")
     return flags
 
 
+def expert_flags(job: EngineJob) -> list[str]:
+    """The mixture of experts and its layout (none for a dense model)."""
+    config = job.config
+    if not config.is_moe:
+        return []
+    flags = [f"--num-experts {config.experts}", f"--moe-router-topk {config.experts_per_token}",
+             f"--moe-ffn-hidden-size {config.routed_ffn}", "--moe-token-dispatcher-type alltoall"]
+    if config.experts // job.ep > 1:
+        flags.append("--moe-grouped-gemm")
+    if config.shared_ffn:
+        flags.append(f"--moe-shared-expert-intermediate-size {config.shared_ffn}")
+        if config.shared_gate:
+            flags.append("--moe-shared-expert-gate")
+    moe = moe_blocks(config)
+    if len(moe) < job.blocks:
+        pattern = ",".join("1" if block in moe else "0" for block in range(job.blocks))
+        flags.append(f"--moe-layer-freq '[{pattern}]'")
+    return flags + [f"--expert-model-parallel-size {job.ep}", f"--expert-tensor-parallel-size {job.etp}"]
+
+
 def write(job: EngineJob) -> str:
-    flags = model_flags(job) + [
+    flags = model_flags(job) + expert_flags(job) + [
         f"--tensor-model-parallel-size {job.tp}", f"--pipeline-model-parallel-size {job.pp}",
         *(["--sequence-parallel"] if job.sp else []), *layer_flags(job),
         f"--micro-batch-size {job.micro_batch_size}", f"--global-batch-size {job.global_batch}",

@@ -24,7 +24,14 @@ What torchtitan can express, from its source (0.2.2 `models/llama3/infra/paralle
   (its `Decoder`), so the TOML and the header's command line name it each their way;
 - training precision bfloat16 or float32 (`mixed_precision_param`); the llama3 and qwen3 models (`MODELS`).
   0.2.2's qwen3 has no pipelining (its TrainSpec's `pipelining_fn` is None: "does not support pipelining"), 0.3.0's
-  has, but not with tied embeddings ("Weight tying is not supported with Pipeline Parallel").
+  has, but not with tied embeddings ("Weight tying is not supported with Pipeline Parallel");
+- mixtures of experts in qwen3's MoE flavors (every block MoE, no shared expert, `moe_enabled`); llama3 has none.
+  `parallelism.expert_parallel_degree` ep borrows its ranks from FSDP and tp: the expert mesh is
+  ["pp", "dp_replicate", "efsdp", "ep"] with efsdp = dp_shard · cp · tp / ep (0.2.2 and main b5bcd76
+  `distributed/parallel_dims.py`, whose main raises unless ep divides dp_shard · cp · tp), so DDP's replicas
+  (dp_replicate) lend none. 0.2.2 has `expert_tensor_parallel_degree` 1 or tp; main deprecated it (c4b409af2,
+  2026-04-30) and 0.3.0 has none, so an expert stays whole under ep (0.2.2's default etp 1); with ep 1 and
+  tp > 1 the experts are tensor-parallel like the MLP (qwen3's `apply_moe_ep_tp`): etp = tp.
 """
 
 from __future__ import annotations
@@ -32,8 +39,10 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from uniap.export.capability import ANY_SPLIT, EngineJob, EngineRules, Rope, block_layout_why_not, rope_of
+from uniap.export.capability import ANY_SPLIT, EngineJob, EngineRules, Rope, block_layout_why_not, moe_blocks, \
+    rope_of
 from uniap.spec.model import ModelConfig
+from uniap.strategies import Strategy
 
 
 @dataclass(frozen=True)
@@ -48,10 +57,12 @@ class TitanModel:
     """It can tie the output layer to the embedding (`enable_weight_tying`)."""
     separate_head_dim: bool
     """head_dim is its own argument; else it is dim // n_heads."""
+    experts: bool
+    """It has MoE flavors (every block MoE, no shared expert)."""
 
 
-MODELS = {"llama": TitanModel("llama3", "", ties=False, separate_head_dim=False),
-          "qwen3": TitanModel("qwen3", "head", ties=True, separate_head_dim=True)}
+MODELS = {"llama": TitanModel("llama3", "", ties=False, separate_head_dim=False, experts=False),
+          "qwen3": TitanModel("qwen3", "head", ties=True, separate_head_dim=True, experts=True)}
 """Our families torchtitan has (0.2.2 and 0.3.0 `models/llama3`, `models/qwen3`: bias-free Linears, RMSNorm,
 SwiGLU, full RoPE, no dropout)."""
 
@@ -79,7 +90,38 @@ def architecture_why_not(config: ModelConfig) -> str | None:
         return f"its {model.name} rotates every head dimension with RoPE (no position table, no partial rotary)"
     if config.dropout:
         return f"its {model.name} has no dropout"
-    return block_layout_why_not(config)
+    if config.kv_lora_rank:
+        return f"its {model.name} has no multi-head latent attention"
+    if config.mtp_layers:
+        return f"its {model.name} has no multi-token prediction (the model has {config.mtp_layers} MTP modules)"
+    return experts_why_not(config, model) or block_layout_why_not(config)
+
+
+def experts_why_not(config: ModelConfig, model: TitanModel) -> str | None:
+    """What of the model's mixture of experts torchtitan's implementation of its family lacks."""
+    if not config.is_moe:
+        return None
+    if not model.experts:
+        return f"its {model.name} has no mixture of experts"
+    if len(moe_blocks(config)) < config.layers:
+        return f"its {model.name} MoE makes every block MoE (the model has {len(moe_blocks(config))} of {config.layers})"
+    if config.shared_ffn or config.router_bias or config.expert_bias:
+        return f"its {model.name} MoE has no shared expert and no router or expert biases"
+    return None
+
+
+def expert_layout_why_not(s: Strategy) -> str | None:
+    """ep borrows ranks from dp_shard · tp (FSDP's shards, not DDP's replicas) and keeps each expert whole; without
+    ep the experts are tensor-parallel like the MLP."""
+    if s.ep == 1 and s.etp != s.tp:
+        return f"its experts without expert parallelism are split like the MLP, etp = tp (the plan has {s.label()})"
+    if s.ep > 1 and s.etp > 1:
+        return f"its expert parallelism keeps each expert whole, etp 1 (the plan has {s.label()})"
+    shards = s.dp if s.zero >= 2 else 1
+    if (shards * s.tp) % s.ep:
+        return f"its expert parallelism borrows ranks from FSDP and tp (dp_shard · tp = {shards * s.tp}, which ep " \
+               f"{s.ep} does not divide; DDP's replicas lend none)"
+    return None
 
 
 def pipeline_why_not(config: ModelConfig) -> str | None:
@@ -93,7 +135,8 @@ def pipeline_why_not(config: ModelConfig) -> str | None:
 RULES = EngineRules(name="torchtitan", families=tuple(MODELS), precisions=("bf16", "fp32"), zero_stages=(0, 2, 3),
                     pipeline_zero_stages=(2, 3), tensor_parallel=True, sequence_parallel_always=True,
                     replicate_alone=True, pipeline_schedules=("gpipe", "1f1b", "interleaved-1f1b"), split=ANY_SPLIT,
-                    architecture_why_not=architecture_why_not, pipeline_why_not=pipeline_why_not)
+                    architecture_why_not=architecture_why_not, pipeline_why_not=pipeline_why_not,
+                    expert_layout_why_not=expert_layout_why_not)
 
 SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B"}
 PRECISIONS = {"bf16": "bfloat16", "fp32": "float32"}
@@ -110,12 +153,16 @@ class Flavor:
     recipe: str
     """0.3.0's config registry entry for it ("" where it has none)."""
     figures: tuple[int, int, int, int, int, int, int, bool]
-    """Blocks, hidden, heads, key/value heads, MLP width, vocabulary, head_dim, tied."""
+    """Blocks, hidden, heads, key/value heads, MLP width (0: every block MoE), vocabulary, head_dim, tied."""
     rope: Rope
+    experts: tuple[int, int, int] = (0, 0, 0)
+    """Routed experts, experts per token and an expert's inner size ((0, 0, 0): dense)."""
 
     def fits(self, config: ModelConfig) -> bool:
-        return config.family == self.family and self.figures == (
-            config.layers, config.hidden, config.heads, config.n_kv_heads, config.ffn, config.vocab, config.head_dim,
+        dense_ffn = config.ffn if len(moe_blocks(config)) < config.layers else 0
+        experts = (config.experts, config.experts_per_token, config.routed_ffn) if config.is_moe else (0, 0, 0)
+        return config.family == self.family and self.experts == experts and self.figures == (
+            config.layers, config.hidden, config.heads, config.n_kv_heads, dense_ffn, config.vocab, config.head_dim,
             config.tied_embeddings)
 
 
@@ -130,8 +177,12 @@ FLAVORS = (
     Flavor("qwen3", "8B", "", (36, 4096, 32, 8, 12288, 151936, 128, False), _QWEN3),
     Flavor("qwen3", "14B", "qwen3_14b", (40, 5120, 40, 8, 17408, 151936, 128, False), _QWEN3),
     Flavor("qwen3", "32B", "qwen3_32b", (64, 5120, 64, 8, 25600, 151936, 128, False), _QWEN3),
+    Flavor("qwen3", "30B-A3B", "qwen3_30b_a3b", (48, 2048, 32, 4, 0, 151936, 128, False), _QWEN3, (128, 8, 768)),
+    Flavor("qwen3", "235B-A22B", "", (94, 4096, 64, 4, 0, 151936, 128, False), Rope(5000000, False),
+           (128, 8, 1536)),
 )
-"""The dense flavors; a model of other figures needs a flavor registered with its sizes."""
+"""The flavors (0.2.2's `qwen3_args` and 0.3.0's `qwen3_configs` MoE ones: every block MoE, their dense
+`hidden_dim` unused); a model of other figures needs a flavor registered with its sizes."""
 
 
 def flavor_of(config: ModelConfig) -> Flavor | None:
@@ -168,6 +219,8 @@ def config_of(job: EngineJob, release: str) -> dict:
         "pipeline_parallel_microbatch_size": job.micro_batch_size,
         "module_fqns_per_model_part": model_parts(job, HEAD[release]),
     }
+    if job.config.is_moe:
+        parallelism["expert_parallel_degree"] = job.ep
     flavor = flavor_of(job.config)
     return {
         "job": {"description": f"uniap plan: {job.model}, {job.world} devices"},
