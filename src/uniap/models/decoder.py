@@ -24,8 +24,10 @@ attention runs on local (per-rank) tensors with `F.scaled_dot_product_attention`
 The families differ only in ModelConfig options, each an option of the one block here: q/k/v, output and
 MLP biases; LayerNorm with or without bias, or RMSNorm; the MLP activation, gated or not; q/k norms (per
 head, per-head weights, over all heads); norms before and/or after each sublayer; parallel residual with
-one or two norms; partial rotary; sliding-window layers. What it cannot run (attention or logit
-soft-capping) is refused in one line naming the feature. It has no dropout (`as_trained`).
+one or two norms; partial rotary; sliding-window layers; mixture-of-experts MLPs (`MoE`: top-k routing,
+routed and shared experts, the load-balancing loss) on the blocks `moe_layers` names. What it cannot run
+(attention or logit soft-capping, multi-head latent attention, multi-token prediction) is refused in one line
+naming the feature. It has no dropout (`as_trained`).
 
 What it keeps for backward is what the cost model charges (`spec/families.py`, Korthikanti et al. 2022): RMSNorm
 keeps its input (and 1/rms per row), a gated MLP its gate and up projections (not act(gate)), and attention's
@@ -76,10 +78,13 @@ def check_supported(config: ModelConfig) -> None:
     if config.heads % config.n_kv_heads:
         raise UniapError(f"heads {config.heads} not divisible by kv_heads {config.n_kv_heads}")
     unsupported = {"attention logit soft-capping": config.attn_softcap, "final logit soft-capping":
-                   config.logit_softcap}
+                   config.logit_softcap, "multi-head latent attention": config.kv_lora_rank,
+                   "multi-token prediction": config.mtp_layers}
     for feature, used in unsupported.items():
         if used:
             raise UniapError(f"{feature} ({config.name}) is not supported by `uniap run`")
+    if config.is_moe and not 1 <= config.experts_per_token <= config.experts:
+        raise UniapError(f"{config.name}: experts_per_token {config.experts_per_token} must be in 1..{config.experts}")
 
 
 class Layer(nn.Module):
@@ -302,18 +307,21 @@ class _GatedActivation(torch.autograd.Function):
 
 
 class MLP(nn.Module):
-    def __init__(self, config: ModelConfig):
+    """The dense MLP (`ffn` wide, `mlp_bias`); an MoE block's shared expert is one of `shared_ffn`, no biases."""
+
+    def __init__(self, config: ModelConfig, ffn: int | None = None, bias: bool | None = None):
         super().__init__()
         self.gated = config.gated_mlp
         self.act = _ACTIVATIONS[config.activation]
-        b = config.mlp_bias
+        f = config.ffn if ffn is None else ffn
+        b = config.mlp_bias if bias is None else bias
         if self.gated:  # SwiGLU / GeGLU: down(act(gate(x)) * up(x))
-            self.gate = nn.Linear(config.hidden, config.ffn, bias=b)
-            self.up = nn.Linear(config.hidden, config.ffn, bias=b)
-            self.down = nn.Linear(config.ffn, config.hidden, bias=b)
+            self.gate = nn.Linear(config.hidden, f, bias=b)
+            self.up = nn.Linear(config.hidden, f, bias=b)
+            self.down = nn.Linear(f, config.hidden, bias=b)
         else:
-            self.fc = nn.Linear(config.hidden, config.ffn, bias=b)
-            self.proj = nn.Linear(config.ffn, config.hidden, bias=b)
+            self.fc = nn.Linear(config.hidden, f, bias=b)
+            self.proj = nn.Linear(f, config.hidden, bias=b)
         self.project = each_projection
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -322,6 +330,160 @@ class MLP(nn.Module):
             return self.down(_GatedActivation.apply(self.act, gate, up))
         (fc,) = self.project(x, (self.fc,))
         return self.proj(self.act(fc))
+
+
+AUX_LOSS_COEF = 0.01  # the load-balancing loss's weight α (Switch: 0.01; HF Mixtral's router_aux_loss_coef: 0.001)
+
+
+def _differentiable_local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a DTensor, inside autograd (its gradient lands on the DTensor as its local part)."""
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+class RoutedExperts(nn.Module):
+    """`experts` MLPs of inner size `routed_ffn`, gated like the dense MLP, held as stacked weights (experts, out,
+    in) — `gate`, `up`, `down` (or `fc`, `proj`), and `*_bias` (experts, out) with `expert_bias` — so that expert
+    parallelism shards dimension 0 and the names stay the same whatever the plan.
+
+    `forward(tokens, chosen, weights)`: every token (N, h) sent to its k chosen experts (N, k), their outputs
+    combined with `weights` (N, k). The N·k token copies are sorted by expert and handed to `dispatch(copies,
+    counts)` (counts: copies per expert, (experts,)), which returns the experts' outputs in the same order. Here
+    it computes every expert locally; expert parallelism swaps in an exchange with the other ranks of the ep group
+    that computes only this rank's experts (`runtime/experts.py`)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        e, h, f = config.experts, config.hidden, config.routed_ffn
+        self.gated = config.gated_mlp
+        self.act = _ACTIVATIONS[config.activation]
+        self.inputs, self.output = (("gate", "up"), "down") if self.gated else (("fc",), "proj")
+        for name in self.inputs:
+            setattr(self, name, nn.Parameter(torch.empty(e, f, h)))
+        setattr(self, self.output, nn.Parameter(torch.empty(e, h, f)))
+        self.biased = config.expert_bias
+        if self.biased:
+            for name in self.inputs:
+                setattr(self, f"{name}_bias", nn.Parameter(torch.empty(e, f)))
+            setattr(self, f"{self.output}_bias", nn.Parameter(torch.empty(e, h)))
+        self.dispatch = self.compute
+
+    def _weights(self, name: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+        bias = _differentiable_local(getattr(self, f"{name}_bias")) if self.biased else None
+        return _differentiable_local(getattr(self, name)), bias
+
+    def compute(self, copies: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """The experts this rank holds on their token copies: `copies` sorted by expert, `counts[e]` of them for
+        the e-th expert held here."""
+        inputs = [self._weights(name) for name in self.inputs]
+        w_out, b_out = self._weights(self.output)
+        outs = []
+        for e, x in enumerate(copies.split(counts.tolist())):
+            first = [F.linear(x, w[e], None if b is None else b[e]) for w, b in inputs]
+            inner = _GatedActivation.apply(self.act, *first) if self.gated else self.act(first[0])
+            outs.append(F.linear(inner, w_out[e], None if b_out is None else b_out[e]))
+        return torch.cat(outs)
+
+    def forward(self, tokens: torch.Tensor, chosen: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        n, k = chosen.shape
+        flat = chosen.reshape(-1)  # copy c = (token c // k, its (c % k)-th expert)
+        order = torch.argsort(flat, stable=True)
+        counts = torch.bincount(flat, minlength=getattr(self, self.output).shape[0])
+        out = self.dispatch(tokens[order // k], counts)
+        copies = torch.empty_like(out).index_copy(0, order, out)  # back to token-major order
+        return (copies.view(n, k, -1) * weights.unsqueeze(-1).to(copies.dtype)).sum(1)
+
+
+class _LoadBalancingLoss(torch.autograd.Function):
+    """Identity on the MoE output that adds `aux` to the training loss (Megatron's MoEAuxLossAutoScaler): backward
+    passes the output's gradient through and gives `aux` the gradient 1 (d loss / d aux). It counts `aux` into
+    `moe.aux_loss_spent` there, once per backward however often forward ran (recomputation runs it twice)."""
+
+    @staticmethod
+    def forward(ctx, out: torch.Tensor, aux: torch.Tensor, moe: "MoE") -> torch.Tensor:
+        ctx.moe = moe
+        ctx.save_for_backward(aux)
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (aux,) = ctx.saved_tensors
+        ctx.moe.aux_loss_spent = ctx.moe.aux_loss_spent + aux.detach()
+        return grad, torch.ones_like(aux), None
+
+
+class MoE(nn.Module):
+    """A mixture-of-experts MLP (Mixtral, Qwen-MoE): a top-k router, routed experts, optional shared expert.
+
+    Routing, per token x (h wide), E = experts, k = experts_per_token, in fp32:
+        p = softmax(router(x))                 # (E,) probabilities
+        chosen, w = top-k of p                 # k experts and their probabilities
+        w = w / Σ w                            # renormalised over the k (Mixtral; the config has no switch)
+        y = Σ_i w_i · expert_{chosen_i}(x)     # dropless: every token reaches its k experts, no capacity
+        y += shared(x) [· sigmoid(shared_gate(x))]   # on every token when shared_ffn > 0 (Qwen2-MoE's gate)
+
+    Load-balancing loss (Switch Transformer; HF Mixtral's load_balancing_loss_func), per sequence of T tokens:
+        f_e = (1/T) Σ_t [e ∈ chosen(t)]        # share of the tokens routed to e (Σ_e f_e = k)
+        P_e = (1/T) Σ_t p_e(t)                 # mean router probability of e (Σ_e P_e = 1)
+        aux = E · Σ_e f_e · P_e                # k when balanced (f = k/E, P = 1/E); up to E·k if all pick the same
+    added to the training loss as α · (mean of aux over the step's sequences) per MoE block, α =
+    `aux_loss_coef`. HF and Switch take f and P over the whole batch; taken per sequence (Megatron's
+    seq_aux_loss, DeepSeek-V3's sequence-wise balance loss) the loss does not depend on how data parallelism and
+    micro-batches split the batch, so a distributed run computes the one-process loss. Only f's argument, p,
+    carries a gradient (f counts discrete choices). `samples_per_step`: the sequences the mean runs over (the
+    runtime sets the global batch; None: this forward's batch). `aux_loss_spent`: the α·aux this block added,
+    summed as backward runs (`take_aux_losses`).
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.top_k = config.experts_per_token
+        self.router = nn.Linear(config.hidden, config.experts, bias=config.router_bias)
+        self.experts = RoutedExperts(config)
+        self.shared = MLP(config, config.shared_ffn, bias=False) if config.shared_ffn else None
+        self.shared_gate = nn.Linear(config.hidden, 1, bias=False) if config.shared_ffn and config.shared_gate else None
+        self.aux_loss_coef = AUX_LOSS_COEF
+        self.samples_per_step: int | None = None
+        self.aux_loss_spent: torch.Tensor | float = 0.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, h = x.shape
+        tokens = x.reshape(-1, h)
+        probs = F.softmax(self.router(tokens).float(), dim=-1)  # (b·t, E)
+        weights, chosen = probs.topk(self.top_k, dim=-1)
+        weights = weights / weights.sum(-1, keepdim=True)
+        y = self.experts(tokens, chosen, weights)
+        if self.shared is not None:
+            shared = self.shared(tokens)
+            y = y + (shared if self.shared_gate is None else torch.sigmoid(self.shared_gate(tokens)) * shared)
+        experts = probs.shape[-1]
+        picked = F.one_hot(chosen, experts).sum(1).view(b, t, experts).float()  # [e ∈ chosen(t)]
+        per_sequence = experts * (picked.mean(1) * probs.view(b, t, experts).mean(1)).sum(-1)  # (b,)
+        aux = self.aux_loss_coef * per_sequence.sum() / (self.samples_per_step or b)
+        return _LoadBalancingLoss.apply(y.view(b, t, h), aux, self)
+
+
+def moe_blocks(module: nn.Module) -> list[MoE]:
+    """The MoE MLPs under `module`."""
+    return [m for m in module.modules() if isinstance(m, MoE)]
+
+
+def configure_aux_losses(module: nn.Module, coef: float | None, samples_per_step: int | None = None) -> None:
+    """Set the load-balancing weight α (None: keep `AUX_LOSS_COEF`) and the sequences the loss is a mean over
+    (None: each forward's batch) on every MoE block under `module`."""
+    for moe in moe_blocks(module):
+        moe.samples_per_step = samples_per_step
+        if coef is not None:
+            moe.aux_loss_coef = coef
+
+
+def take_aux_losses(module: nn.Module) -> float:
+    """The load-balancing losses the MoE blocks under `module` added to the training loss since the last call
+    (each rank's share: its sequences' terms over the global batch); resets them."""
+    total = 0.0
+    for moe in moe_blocks(module):
+        total += float(moe.aux_loss_spent)
+        moe.aux_loss_spent = 0.0
+    return total
 
 
 class Embed(Layer):
@@ -358,7 +520,7 @@ class Block(Layer):
         self.post_norm1 = _norm(config) if post else None
         self.post_norm2 = _norm(config) if post else None
         self.attn = Attention(config, config.window_of(block))
-        self.mlp = MLP(config)
+        self.mlp = MoE(config) if block in config.moe_layers else MLP(config)
 
     @staticmethod
     def _maybe(norm: nn.Module | None, x: torch.Tensor) -> torch.Tensor:
@@ -397,6 +559,10 @@ def _layer_seed(seed: int, index: int) -> int:
     return (int(seed) * 1_000_003 + int(index) * 7_919 + 12_345) % (2**63 - 1)
 
 
+RESIDUAL_OUTPUTS = ("attn.o.weight", "mlp.proj.weight", "mlp.down.weight", "mlp.experts.proj", "mlp.experts.down",
+                    "mlp.shared.proj.weight", "mlp.shared.down.weight")
+
+
 @torch.no_grad()
 def init_layer(module: nn.Module, seed: int, index: int) -> None:
     """Deterministic init of one chain layer: N(0, 0.02) weights (residual outputs scaled as GPT-2),
@@ -408,11 +574,11 @@ def init_layer(module: nn.Module, seed: int, index: int) -> None:
         owner = module.get_submodule(name.rsplit(".", 1)[0]) if "." in name else module
         if isinstance(owner, (nn.LayerNorm, nn.RMSNorm, HeadwiseNorm)):
             p.copy_(torch.ones_like(p) if leaf == "weight" else torch.zeros_like(p))
-        elif leaf == "bias":
+        elif leaf == "bias" or leaf.endswith("_bias"):
             p.zero_()
         else:
             std = INIT_STD
-            if name.endswith(("attn.o.weight", "mlp.proj.weight", "mlp.down.weight")):
+            if name.endswith(RESIDUAL_OUTPUTS):
                 std = INIT_STD / math.sqrt(2 * n_layers)
             p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32).to(p.dtype) * std)
 

@@ -91,6 +91,7 @@ def check_plan(plan: Plan, world_size: int) -> RunShape:
                 if size % st.tp:
                     raise UniapError(f"layer {layer.name}: tp {st.tp} does not divide {what} {size}")
     precision = precision_of(str(plan.workload.get("precision", "fp32"))).name
+    _check_experts(plan, config, precision)
     pp = int(plan.pipeline["degree"])
     schedule = str(plan.pipeline["schedule"])
     if schedule == "1f1b" and c < pp:
@@ -101,3 +102,27 @@ def check_plan(plan: Plan, world_size: int) -> RunShape:
     return RunShape(plan=plan, config=config, world=world_size, pp=pp, stage_size=stage_size, global_batch=gb,
                     micro_batches=c, micro_batch=mb, seq_len=seq_len, schedule=schedule,
                     virtual_stages=plan.virtual_stages, precision=precision)
+
+
+def _check_experts(plan: Plan, config: ModelConfig, precision: str) -> None:
+    """What the runtime runs of mixtures of experts (experts.py): fp32, ep over data-parallel ranks (tp 1, etp
+    1), ZeRO-0 where ep > 1."""
+    if config.is_moe and precision != "fp32":
+        raise UniapError(f"an MoE model in {precision} is not supported by `uniap run` (fp32 only)")
+    for layer in plan.layers:
+        st = layer.strategy
+        moe = layer.name.startswith("block.") and int(layer.name.split(".")[1]) in config.moe_layers
+        if not moe:
+            if st.moe:
+                raise UniapError(f"layer {layer.name}: ep/etp ({st.label()}) on a layer without experts")
+            continue
+        if st.etp > 1:
+            raise UniapError(f"layer {layer.name}: expert tensor parallelism (etp {st.etp}) is not supported by "
+                             f"`uniap run`")
+        if st.tp > 1:
+            raise UniapError(f"layer {layer.name}: tp {st.tp} on an MoE block is not supported by `uniap run` "
+                             f"(its experts regroup data-parallel ranks only)")
+        if config.experts % st.ep:
+            raise UniapError(f"layer {layer.name}: ep {st.ep} does not divide the {config.experts} experts")
+        if st.ep > 1 and st.zero:
+            raise UniapError(f"layer {layer.name}: ZeRO-{st.zero} with ep {st.ep} is not supported by `uniap run`")

@@ -38,17 +38,18 @@ from uniap.models.decoder import local_tensor
 
 
 class GradientAllReduce:
-    """ZeRO-0 gradient sync of one layer: a flat asynchronous SUM all-reduce over the dp group, once per step.
+    """ZeRO-0 gradient sync of some parameters (a layer's; an MoE block's routed experts apart, over their edp
+    group: `experts.py`): a flat asynchronous SUM all-reduce over `group`, once per step.
 
     `backwards_per_step` is the number of backward passes through the layer in a step (its micro-batches); the
-    training loop sets it (`set_backwards_per_step`). Gradients of tensor-parallel (DTensor) parameters are
-    reduced as their local shards.
+    training loop sets it (`set_backwards_per_step`). Gradients of tensor- or expert-parallel (DTensor)
+    parameters are reduced as their local shards.
     """
 
-    def __init__(self, layer: nn.Module, dp_mesh: DeviceMesh):
+    def __init__(self, params: list[nn.Parameter], group: dist.ProcessGroup):
         self.enabled = True  # the profiler times a layer's compute with it off and prices the reduction apart
-        self.group = dp_mesh.get_group()
-        self.params = [p for p in layer.parameters() if p.requires_grad]
+        self.group = group
+        self.params = [p for p in params if p.requires_grad]
         self.backwards_per_step = 1
         self._pending = len(self.params) * self.backwards_per_step
         for p in self.params:
@@ -80,11 +81,12 @@ class GradientAllReduce:
 
 
 def apply_data_parallel(layer: nn.Module, dp_mesh: DeviceMesh, zero: int, mp_policy: MixedPrecisionPolicy | None = None,
-                        *, backward_follows: bool = False) -> nn.Module:
+                        *, backward_follows: bool = False, apart: set[nn.Parameter] = frozenset()) -> nn.Module:
     """`mp_policy`: FSDP2's mixed precision (see `precision.py`); None computes in fp32. backward_follows: ZeRO-3
-    keeps the layer's parameters gathered from its forward to its backward (the chain's ends, see above)."""
+    keeps the layer's parameters gathered from its forward to its backward (the chain's ends, see above).
+    `apart`: parameters synchronised elsewhere (expert-parallel experts; ZeRO-0 in fp32 only, see checks.py)."""
     if zero == 0 and mp_policy is None:
-        layer.gradient_sync = GradientAllReduce(layer, dp_mesh)
+        layer.gradient_sync = GradientAllReduce([p for p in layer.parameters() if p not in apart], dp_mesh.get_group())
         return layer
     policy = {} if mp_policy is None else {"mp_policy": mp_policy}
     if zero == 0:

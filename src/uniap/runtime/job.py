@@ -42,6 +42,8 @@ class TrainingJob:
     """Save every K steps; 0: never."""
     resume: bool = False
     """Continue from the last complete checkpoint in `checkpoint_dir` (any plan of the same model)."""
+    aux_loss_coef: float | None = None
+    """Weight of the MoE blocks' load-balancing loss; None: the decoder's default (`models/decoder.AUX_LOSS_COEF`)."""
     meter_every_step: bool = False
     """Meter saved activations on every step; by default only the first (warm-up, untimed) step is metered,
     which sees the same shapes, so that the timed steps run without saved-tensor hooks."""

@@ -16,9 +16,10 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
-from uniap.models.decoder import DecoderSlice
+from uniap.models.decoder import DecoderSlice, configure_aux_losses
 from uniap.runtime.checks import RunShape
 from uniap.runtime.data_parallel import apply_data_parallel
+from uniap.runtime.experts import apply_expert_parallel, expert_parameters
 from uniap.runtime.mesh import Topology
 from uniap.runtime.precision import FP32, Precision, precision_of, single_rank_mesh
 from uniap.runtime.relayout import Layout, relayout
@@ -58,16 +59,24 @@ class RankLayers(nn.Module):
 
 
 def apply_strategy(layer: nn.Module, strategy: Strategy, mesh: DeviceMesh | None,
-                   precision: Precision = FP32, *, backward_follows: bool = False) -> nn.Module:
+                   precision: Precision = FP32, *, backward_follows: bool = False,
+                   expert_mesh: DeviceMesh | None = None) -> nn.Module:
     """Lay `layer` out as `strategy` says on `mesh` and compute in `precision`; returns the layer (modified in
     place). `mesh`: a ("dp", "tp") mesh of strategy.devices ranks; for one rank None in fp32, a one-rank ("dp",)
     mesh in mixed precision (every mixed layer gets FSDP2's casting, see `precision.py`). backward_follows: ZeRO-3
-    keeps the layer's parameters gathered from forward to backward (the chain's ends; see `data_parallel.py`)."""
+    keeps the layer's parameters gathered from forward to backward (the chain's ends; see `data_parallel.py`).
+    `expert_mesh`: the ("edp", "ep") mesh of an MoE block with ep > 1, whose routed experts it spreads
+    (`experts.py`) and leaves out of the dp sync."""
     if strategy.tp > 1:
         apply_tensor_parallel(layer, mesh["tp"], sp=strategy.sp)
+    apart = set()
+    if strategy.ep > 1:
+        apply_expert_parallel(layer, expert_mesh)
+        apart = expert_parameters(layer)
     layer.recompute = bool(strategy.recompute)
     if strategy.dp > 1 or precision.mixed:
-        apply_data_parallel(layer, mesh["dp"], strategy.zero, precision.policy, backward_follows=backward_follows)
+        apply_data_parallel(layer, mesh["dp"], strategy.zero, precision.policy, backward_follows=backward_follows,
+                            apart=apart)
     return layer
 
 
@@ -89,25 +98,30 @@ def chunk_input_layout(shape: RunShape, chunk: int) -> Layout:
     return layer_layouts(shape, shape.chunk_range(chunk - 1)[1])[1]
 
 
-def build_stage(shape: RunShape, topo: Topology, seed: int, device: torch.device) -> BuiltStage:
+def build_stage(shape: RunShape, topo: Topology, seed: int, device: torch.device,
+                aux_loss_coef: float | None = None) -> BuiltStage:
+    """`aux_loss_coef`: the MoE blocks' load-balancing weight (None: the decoder's default); their losses are
+    means over the global batch's sequences."""
     precision = precision_of(shape.precision)
     one_rank = None
     if precision.mixed and shape.stage_size == 1:  # every rank's layers are single-rank ones
         one_rank = single_rank_mesh(topo.rank, shape.world, device.type)
-    chunks = [_build_chunk(shape, topo, seed, device, k * shape.pp + topo.stage, precision, one_rank)
+    chunks = [_build_chunk(shape, topo, seed, device, k * shape.pp + topo.stage, precision, one_rank, aux_loss_coef)
               for k in range(shape.virtual_stages)]
     module = chunks[0].module if len(chunks) == 1 else RankLayers([c.module for c in chunks])
     return BuiltStage(module=module, chunks=chunks)
 
 
 def _build_chunk(shape: RunShape, topo: Topology, seed: int, device: torch.device, chunk: int,
-                 precision: Precision, one_rank: DeviceMesh | None) -> BuiltChunk:
+                 precision: Precision, one_rank: DeviceMesh | None, aux_loss_coef: float | None) -> BuiltChunk:
     first, last = shape.chunk_range(chunk)
     module = DecoderSlice(shape.config, first, last, seed).to(device)
     for index, layer in module.chain():
         st = shape.strategy(index)
         apply_strategy(layer, st, topo.mesh(st.dp, st.tp) if st.devices > 1 else one_rank, precision,
-                       backward_follows=index in (0, shape.config.layers + 1))  # embedding, head
+                       backward_follows=index in (0, shape.config.layers + 1),  # embedding, head
+                       expert_mesh=topo.expert_mesh(st.edp, st.ep) if st.ep > 1 else None)
+    configure_aux_losses(module, aux_loss_coef, shape.global_batch)
     in_layout = chunk_input_layout(shape, chunk)
     layouts = {index: layer_layouts(shape, index) for index in range(first, last + 1)}
     prev = {first: in_layout}

@@ -4,7 +4,7 @@
 dict on rank 0 (None elsewhere):
 
   steps               steps run in this invocation (a resumed run starts at `first_step`)
-  losses              global mean loss of each step run
+  losses              global mean loss of each step run (plus the MoE blocks' load-balancing losses)
   iteration_time_s    median wall time of a step after the first (warm-up) one; a step is timed
                       from a world barrier to the end of the optimizer step, max over ranks
   stage_time_s        per stage: median over its ranks of the rank's median per-step compute time
@@ -43,7 +43,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 
 from uniap.errors import UniapError
-from uniap.models.decoder import build_model, lm_loss
+from uniap.models.decoder import build_model, configure_aux_losses, lm_loss, take_aux_losses
 from uniap.plan import Plan
 from uniap.runtime import checkpoint as ckpt
 from uniap.runtime import data as data_mod
@@ -127,13 +127,14 @@ def _full_params(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def reference(shape: RunShape, steps: int, *, seed: int, lr: float, data: str | None,
-              device: torch.device, optimizer: str = "sgd",
-              one_rank: DeviceMesh | None = None) -> tuple[list[float], dict[str, torch.Tensor]]:
-    """One-process training on the same data and seed, in the plan's precision: losses per step and final
-    parameters. Mixed precision needs `one_rank`, this rank's one-rank mesh: the whole model is `replicate`d over
-    it with the runtime's casting (see precision.py)."""
+              device: torch.device, optimizer: str = "sgd", one_rank: DeviceMesh | None = None,
+              aux_loss_coef: float | None = None) -> tuple[list[float], dict[str, torch.Tensor]]:
+    """One-process training on the same data and seed, in the plan's precision: losses per step (with the MoE
+    blocks' load-balancing losses) and final parameters. Mixed precision needs `one_rank`, this rank's one-rank
+    mesh: the whole model is `replicate`d over it with the runtime's casting (see precision.py)."""
     precision = precision_of(shape.precision)
     model = build_model(shape.config, seed).to(device)
+    configure_aux_losses(model, aux_loss_coef)
     if precision.mixed:
         apply_data_parallel(model, one_rank, 0, precision.policy)
     scaler = LossScaler() if precision.scales_loss else None
@@ -147,7 +148,7 @@ def reference(shape: RunShape, steps: int, *, seed: int, lr: float, data: str | 
             scaler.unscale_or_skip(model.parameters())
         opt.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(float(loss.item()))
+        losses.append(float(loss.item()) + take_aux_losses(model))
     return losses, _full_params(model)
 
 
@@ -172,7 +173,7 @@ def train_job(job: TrainingJob, ctx: Context, after_step: Callable[[int], None] 
     ck_dir, ck_every = job.checkpoint_dir, job.checkpoint_every
 
     topo = build_topology(shape, rank, device.type)
-    built = build_stage(shape, topo, seed, device)
+    built = build_stage(shape, topo, seed, device, job.aux_loss_coef)
     set_backwards_per_step(built.module, shape.micro_batches)  # ZeRO-0 layers all-reduce once per step
     optimizer = make_optimizer(built.module.parameters(), lr, opt_kind)
     runner = StepRunner(shape, topo, built, device)
@@ -207,7 +208,9 @@ def train_job(job: TrainingJob, ctx: Context, after_step: Callable[[int], None] 
             static_peak = max(static_peak, static_bytes(built.module, optimizer))
         optimizer.zero_grad(set_to_none=True)
         compute_times.append(runner.timer.take())
-        stats = torch.tensor([local if counts_loss else 0.0, elapsed], dtype=torch.float64)
+        # the head's loss share (one rank per tp group) and every rank's MoE load-balancing shares
+        stats = torch.tensor([(local if counts_loss else 0.0) + take_aux_losses(built.module), elapsed],
+                             dtype=torch.float64)
         loss_t = stats[:1].clone().to(device)
         dist.all_reduce(loss_t)
         time_t = stats[1:].clone().to(device)
@@ -240,7 +243,8 @@ def train_job(job: TrainingJob, ctx: Context, after_step: Callable[[int], None] 
                 if part:
                     full.update(part)
             ref_losses, ref_params = reference(shape, steps, seed=seed, lr=lr, data=data, device=device,
-                                               optimizer=opt_kind, one_rank=one_rank)
+                                               optimizer=opt_kind, one_rank=one_rank,
+                                               aux_loss_coef=job.aux_loss_coef)
             ref_losses = ref_losses[first_step:]
             if set(full) != set(ref_params):
                 raise RuntimeError(f"parameter names differ from the reference: {sorted(set(full) ^ set(ref_params))[:5]}")
