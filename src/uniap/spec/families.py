@@ -458,8 +458,9 @@ def mtp_parameters(cfg: ModelConfig) -> int:
 
     Each module (DeepSeek-V3 report §2.2; the checkpoint's model.layers.61): one more decoder block like the
     last one, RMSNorms enorm and hnorm on the embedding and the hidden state (h each), eh_proj 2h → h, and
-    shared_head.norm (h). DeepSeek-V3: 11.5B. The checkpoint also stores the module's own copies of the
-    embedding and the head (V·h each, 0.9B), so its published 685B = 671.0B + 11.5B + 2 × 0.9B.
+    shared_head.norm (h). DeepSeek-V3: 11.61B (the block 11.51B, the "11.5B" of its README_WEIGHTS, + eh_proj
+    0.10B). The checkpoint also stores the module's own copies of the embedding and the head (V·h = 0.93B
+    each): 671.03B + 11.61B + 2 × 0.93B = 684.5B, its published 685B.
     """
     if not cfg.mtp_layers:
         return 0
