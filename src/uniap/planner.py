@@ -16,11 +16,12 @@ from functools import partial
 
 import numpy as np
 
-from uniap.cost.tables import build_program, disallowed
+from uniap.cost.tables import build_program, disallowed, signature_costs
 from uniap.errors import UniapError
 from uniap.estimate import make_plan, predict
 from uniap.plan import Plan
 from uniap.solve.program import StageProgram
+from uniap.solve.reduce import undominated
 from uniap.solve.uop import search
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import ModelSpec
@@ -76,12 +77,27 @@ def build_candidate(candidate: tuple[int, int, int], model: ModelSpec, cluster: 
 
 def stage_strategies(model: ModelSpec, cluster: ClusterSpec, workload: Workload, candidate: tuple[int, int, int],
                      max_tp: int | None) -> list[Strategy]:
-    """The strategies of a stage of N/P devices that at least one layer can take (fewer columns to solve)."""
+    """The strategies of a stage of N/P devices that at least one layer can take and that no other strategy of
+    the same layout beats on every layer (fewer columns to solve).
+
+    Beaten: another strategy whose activation layout is the same (so every resharding and send costs the same)
+    is allowed wherever this one is and no worse in A, G, Ms and Ma on every distinct layer; any plan using
+    this one is then matched by swapping it out. With a measured cost source the tables are adjusted after
+    pricing (cost.source), so only the first filter applies."""
     stages, micro_batches = candidate[:2]
     micro = workload.global_batch // micro_batches
     distinct = list({layer.signature or layer.name: layer for layer in model.layers}.values())
-    return [s for s in enumerate_strategies(cluster.devices // stages, max_tp=max_tp, experts=model.config.experts)
-            if any(disallowed(layer, s, micro) is None for layer in distinct)]
+    usable = [s for s in enumerate_strategies(cluster.devices // stages, max_tp=max_tp, experts=model.config.experts)
+              if any(disallowed(layer, s, micro) is None for layer in distinct)]
+    if cluster.costs is not None or len(usable) < 2:
+        return usable
+    _, costs, good = signature_costs(model, cluster, workload, stages, micro_batches, usable)
+    values = np.where(good[..., None], costs, np.inf)  # a strategy a layer cannot take costs it infinitely
+    layouts = [s.layout for s in usable]
+    classes = [layouts.index(layout) for layout in layouts]
+    rows = [values[r, :, j] for r in range(values.shape[0]) for j in range(values.shape[2])]
+    keep = undominated(np.ones(len(usable), dtype=bool), classes, rows)
+    return [s for s, kept in zip(usable, keep) if kept]
 
 
 def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, schedule: str = INTERLEAVED,
@@ -120,9 +136,13 @@ def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, s
 
 
 def _no_plan_message(cands, build, cluster: ClusterSpec) -> str:
-    """Name the smallest device memory that would hold some plan (exact for the memory rows alone)."""
+    """Name the smallest device memory that would hold some plan (exact for the memory rows alone) of a plain
+    schedule: an interleaved one holds the same layers per device group and more micro-batches in flight, and
+    `min_peak_memory` partitions stages, not chunks that share a device group."""
     need = math.inf
     for cand in cands:
+        if cand[2] > 1:
+            continue
         program = build(cand)
         if program is not None:
             need = min(need, min_peak_memory(program))

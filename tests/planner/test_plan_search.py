@@ -2,6 +2,7 @@
 
 import itertools
 import json
+import re
 
 import pytest
 
@@ -73,6 +74,16 @@ def test_no_plan_fits_names_the_memory_needed(cli):
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "leanest plan needs" in lines[0], proc.stderr
+
+
+def test_no_plan_message_is_not_fooled_by_chunks(cli):
+    """An interleaved program's chunks share device groups, so they are not partitioned as if each had its own:
+    the figure named is at least the model states (16 B per parameter) spread over every device."""
+    proc = cli("plan", "--model", "deepseek-v3", "--cluster", "h100-80g:8x8", "--global-batch", "512",
+               "--seq-len", "4096", check=False)
+    assert proc.returncode != 0
+    need = float(re.search(r"leanest plan needs ([0-9.]+) GB", proc.stderr).group(1))
+    assert need * 1e9 >= 671_026_404_352 * 16 / 64
 
 
 def test_min_peak_memory_is_the_true_minimum():

@@ -289,16 +289,7 @@ def _priced(model: ModelSpec, cluster: ClusterSpec, workload: Workload, stages: 
     micro = workload.global_batch // micro_batches
     links = stage_links(cluster, stages, strategies)
     L, K = len(model.layers), len(strategies)
-    row_of: dict[object, int] = {}  # layers of one signature share one row of costs
-    index = np.array([row_of.setdefault(layer.signature or (u,), len(row_of)) for u, layer in enumerate(model.layers)])
-    firsts = [model.layers[int(np.argmax(index == r))] for r in range(len(row_of))]
-    costs = np.zeros((len(firsts), K, 4))
-    good = np.zeros((len(firsts), K), dtype=bool)
-    for r, layer in enumerate(firsts):
-        for k, s in enumerate(strategies):
-            good[r, k] = disallowed(layer, s, micro) is None
-            if good[r, k]:
-                costs[r, k] = layer_cost(layer, s, micro, cluster, workload, links)
+    index, costs, good = signature_costs(model, cluster, workload, stages, micro_batches, strategies, links)
     A, G, Ms, Ma = (costs[index, :, j] for j in range(4))
     ok = good[index]
     R = np.empty((max(L - 1, 0), K, K))  # every edge's entries are set below
@@ -313,6 +304,26 @@ def _priced(model: ModelSpec, cluster: ClusterSpec, workload: Workload, stages: 
             pair_cache[nbytes] = _pair_tables(nbytes, strategies, links)
         R[u], Rp[u] = pair_cache[nbytes]
     return A, G, Ms, Ma, R, Rp, ok
+
+
+def signature_costs(model: ModelSpec, cluster: ClusterSpec, workload: Workload, stages: int, micro_batches: int,
+                    strategies: list[Strategy], links: StageLinks | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row of each layer (L,), (A, G, Ms, Ma) per row and strategy (R, K, 4), allowed (R, K)): layers of one
+    signature share one row of costs (analytic; a measured cost source answers first, as in layer_cost)."""
+    micro = workload.global_batch // micro_batches
+    links = links or stage_links(cluster, stages, strategies)
+    row_of: dict[object, int] = {}
+    index = np.array([row_of.setdefault(layer.signature or (u,), len(row_of)) for u, layer in enumerate(model.layers)])
+    firsts = [model.layers[int(np.argmax(index == r))] for r in range(len(row_of))]
+    costs = np.zeros((len(firsts), len(strategies), 4))
+    good = np.zeros((len(firsts), len(strategies)), dtype=bool)
+    for r, layer in enumerate(firsts):
+        for k, s in enumerate(strategies):
+            good[r, k] = disallowed(layer, s, micro) is None
+            if good[r, k]:
+                costs[r, k] = layer_cost(layer, s, micro, cluster, workload, links)
+    return index, costs, good
 
 
 def _group_ids(layers) -> np.ndarray:
