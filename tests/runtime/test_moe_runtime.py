@@ -28,11 +28,11 @@ SEQ = 16
 
 
 def _moe_plan(config: ModelConfig, ep: int, pp: int = 1, **options):
-    """Every MoE block data-parallel over its stage with expert-parallel degree `ep`; `options` go to
-    uniform_plan (recompute, micro_batches, …)."""
-    d, recompute = 4 // pp, options.pop("recompute", False)
-    blocks = {f"block.{i}": S(d, 1, ep=ep, recompute=recompute and i == config.layers - 1) for i in config.moe_layers}
-    return uniform_plan(config, 4, pp=pp, dp=d, seq_len=SEQ, per_layer=blocks, **options)
+    """Every layer data-parallel over its stage, the MoE blocks with expert-parallel degree `ep` (`recompute`:
+    the last block recomputed); the other `options` go to uniform_plan."""
+    recompute = options.pop("recompute", False)
+    blocks = {f"block.{i}": {"ep": ep, "recompute": recompute and i == config.layers - 1} for i in config.moe_layers}
+    return uniform_plan(config, 4, pp=pp, dp=4 // pp, seq_len=SEQ, per_layer=blocks, **options)
 
 
 def test_routing_and_load_balancing_loss_follow_the_docstring():
@@ -82,7 +82,6 @@ def test_decoder_parameters_match_the_spec(config):
     ({"per_layer": {"block.0": S(4, 1, ep=2, etp=2)}}, "expert tensor parallelism"),
     ({"per_layer": {"block.0": S(2, 2, ep=2)}}, "tp 2 on an MoE block"),
     ({"per_layer": {"head": S(4, 1, ep=2)}}, "on a layer without experts"),
-    ({"per_layer": {"block.0": S(4, 1, zero=1, ep=2)}}, "ZeRO-1 with ep 2"),
     ({"config": dataclasses.replace(MOE, experts=6), "per_layer": {"block.0": S(4, 1, ep=4)}},
      "ep 4 does not divide the 6 experts"),
 ])
@@ -107,6 +106,9 @@ def moe_plans():
         # a dense block beside MoE blocks; ep2 with biases; another load-balancing weight
         "mixed-ep2-bias": (_moe_plan(MIXED, 2, micro_batches=2), {"aux_loss_coef": 0.1}),
         "mixed-ep1": (_moe_plan(MIXED, 1, pp=2, micro_batches=2), {}),
+        # ZeRO shards the blocks' other parameters over dp; the experts stay all-reduced over edp
+        "ep2-zero3": (_moe_plan(SHARED, 2, zero=3, micro_batches=2), {}),
+        "ep2-zero1-edp1": (_moe_plan(MOE, 2, pp=2, zero=1), {}),
     }
 
 

@@ -105,8 +105,8 @@ def check_plan(plan: Plan, world_size: int) -> RunShape:
 
 
 def _check_experts(plan: Plan, config: ModelConfig, precision: str) -> None:
-    """What the runtime runs of mixtures of experts (experts.py): fp32, ep over data-parallel ranks (tp 1, etp
-    1), ZeRO-0 where ep > 1."""
+    """What the runtime runs of mixtures of experts (experts.py): fp32, ep over data-parallel ranks (tp 1,
+    etp 1)."""
     if config.is_moe and precision != "fp32":
         raise UniapError(f"an MoE model in {precision} is not supported by `uniap run` (fp32 only)")
     for layer in plan.layers:
@@ -124,5 +124,3 @@ def _check_experts(plan: Plan, config: ModelConfig, precision: str) -> None:
                              f"(its experts regroup data-parallel ranks only)")
         if config.experts % st.ep:
             raise UniapError(f"layer {layer.name}: ep {st.ep} does not divide the {config.experts} experts")
-        if st.ep > 1 and st.zero:
-            raise UniapError(f"layer {layer.name}: ZeRO-{st.zero} with ep {st.ep} is not supported by `uniap run`")

@@ -84,7 +84,8 @@ def apply_data_parallel(layer: nn.Module, dp_mesh: DeviceMesh, zero: int, mp_pol
                         *, backward_follows: bool = False, apart: set[nn.Parameter] = frozenset()) -> nn.Module:
     """`mp_policy`: FSDP2's mixed precision (see `precision.py`); None computes in fp32. backward_follows: ZeRO-3
     keeps the layer's parameters gathered from its forward to its backward (the chain's ends, see above).
-    `apart`: parameters synchronised elsewhere (expert-parallel experts; ZeRO-0 in fp32 only, see checks.py)."""
+    `apart`: parameters synchronised elsewhere (expert-parallel experts): left out of the dp sync, and FSDP2's
+    `ignored_params` under ZeRO (neither sharded nor reduced by it)."""
     if zero == 0 and mp_policy is None:
         layer.gradient_sync = GradientAllReduce([p for p in layer.parameters() if p not in apart], dp_mesh.get_group())
         return layer
@@ -92,7 +93,8 @@ def apply_data_parallel(layer: nn.Module, dp_mesh: DeviceMesh, zero: int, mp_pol
     if zero == 0:
         module = replicate(layer, mesh=dp_mesh, **policy)
     else:
-        module = fully_shard(layer, mesh=dp_mesh, reshard_after_forward=(zero == 3 and not backward_follows), **policy)
+        module = fully_shard(layer, mesh=dp_mesh, reshard_after_forward=(zero == 3 and not backward_follows),
+                             ignored_params=set(apart) or None, **policy)
     module.set_gradient_divide_factor(1.0)
     module.set_force_sum_reduction_for_comms(True)
     return module

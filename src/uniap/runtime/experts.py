@@ -6,7 +6,9 @@ p = ep_index + ep · edp_index (`mesh.py` builds the (edp, ep) mesh). The ep ran
 each, expert e on ep rank e // (E/ep); the edp groups replicate them. The experts' weights are DTensors
 (Replicate over edp, Shard(0) over ep): parameter names and full values are the one-process model's, so `--check`
 and checkpoints see the whole expert stacks. Their gradients are summed over edp (not dp; `GradientAllReduce`);
-the router, shared expert, norms and attention keep the block's dp sync.
+the router, shared expert, norms and attention keep the block's dp sync. Under ZeRO the block's other parameters
+are sharded over dp as any block's; its experts are left to FSDP2 as `ignored_params` and stay replicated over edp
+(ZeRO-0 for the experts: whole gradients and optimizer state for E/ep experts per rank).
 
 One dispatch per forward of the block, on each rank of an ep group (N local tokens, k experts each):
   1. sort the N·k token copies by expert (`RoutedExperts.forward`), count copies per expert (E,);
