@@ -1,11 +1,12 @@
 """Build this rank's pipeline stage: its slice(s) of the model with each layer's strategy applied.
 
 `apply_strategy` is the one place a layer gets its intra-layer strategy, for the runtime and for the
-profiler alike: tensor parallelism over mesh["tp"] (tp > 1), then the recomputation flag, then data
-parallelism over mesh["dp"] (dp > 1) with its ZeRO level. Between consecutive layers of a slice,
-activations are re-laid out (`relayout.py`); a slice's input arrives in the layout of the previous
-chunk's last layer (chunk 0 gets the whole micro-batch of tokens on every rank). Under the interleaved
-schedule a rank runs v slices ("chunks"), chunk j of the chain on stage j mod P.
+profiler alike: tensor parallelism over mesh["tp"] (tp > 1), then an MoE block's expert parallelism (ep > 1,
+`experts.py`), then the recomputation flag, then data parallelism over mesh["dp"] (dp > 1) with its ZeRO
+level. Between consecutive layers of a slice, activations are re-laid out (`relayout.py`); a slice's input
+arrives in the layout of the previous chunk's last layer (chunk 0 gets the whole micro-batch of tokens on
+every rank). Under the interleaved schedule a rank runs v slices ("chunks"), chunk j of the chain on stage
+j mod P.
 """
 
 from __future__ import annotations
@@ -69,14 +70,12 @@ def apply_strategy(layer: nn.Module, strategy: Strategy, mesh: DeviceMesh | None
     (`experts.py`) and leaves out of the dp sync."""
     if strategy.tp > 1:
         apply_tensor_parallel(layer, mesh["tp"], sp=strategy.sp)
-    apart = set()
     if strategy.ep > 1:
         apply_expert_parallel(layer, expert_mesh)
-        apart = expert_parameters(layer)
     layer.recompute = bool(strategy.recompute)
     if strategy.dp > 1 or precision.mixed:
         apply_data_parallel(layer, mesh["dp"], strategy.zero, precision.policy, backward_follows=backward_follows,
-                            apart=apart)
+                            apart=expert_parameters(layer) if strategy.ep > 1 else frozenset())
     return layer
 
 
