@@ -49,7 +49,8 @@ def uniform_assignment(model: ModelSpec, stages: int, strategy: Strategy, micro_
     strategies = uniform_fallbacks(strategy)
     strategy_of = np.zeros(len(model.layers), dtype=int)
     for u, layer in enumerate(model.layers):
-        usable = [k for k, s in enumerate(strategies) if disallowed(layer, s, micro_batch) is None]
+        usable = [k for k, s in enumerate(strategies) if disallowed(layer, s, micro_batch) is None
+                  and (not layer.experts or (s.ep, s.etp) == (strategy.ep, strategy.etp))]
         if not usable:
             raise UniapError(disallowed(layer, strategy, micro_batch))
         strategy_of[u] = usable[0]

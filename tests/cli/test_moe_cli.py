@@ -1,0 +1,47 @@
+"""Mixtures of experts from the command line: `estimate --ep/--etp`, `plan` choosing ep, the plan JSON carrying it."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+MIXTRAL = str(Path(__file__).resolve().parents[1] / "data" / "hf" / "mixtral-8x7b" / "config.json")
+
+
+def test_estimate_places_the_experts_and_prices_the_exchange(cli_json):
+    base = ["estimate", "--model", MIXTRAL, "--cluster", "h100-80g:2x8", "--global-batch", "64", "--seq-len", "4096",
+            "--pp", "2", "--zero", "1"]
+    ep1, ep8 = cli_json(*base), cli_json(*base, "--ep", "8")
+    blocks = [layer for layer in ep8["layers"] if layer["name"].startswith("block.")]
+    assert {json.dumps(layer["strategy"], sort_keys=True) for layer in blocks} == \
+        {json.dumps({"dp": 8, "tp": 1, "zero": 1, "recompute": False, "sp": False, "ep": 8}, sort_keys=True)}
+    edges = [layer for layer in ep8["layers"] if layer["name"] in ("embed", "head")]
+    assert all("ep" not in layer["strategy"] for layer in edges)  # dense layers keep their dp × tp alone
+    # Stage 0 holds 16 MoE blocks of 8 experts (1,409,286,144 parameters each). ep 1: every device holds all of
+    # them, ZeRO-1 over dp 8 (2 + 2 + 12/8 B per parameter); ep 8: one expert each, edp 1 (16 B per parameter).
+    # Activations do not depend on ep (dispatch spreads the tokens either way).
+    saved = 16 * 1_409_286_144 * ((2 + 2 + 12 / 8) - 16 / 8)
+    first = [run["predicted"]["peak_memory_bytes"][0] for run in (ep1, ep8)]
+    assert first[0] - first[1] == pytest.approx(saved, rel=1e-9)
+
+
+def test_ep_on_a_dense_model_or_not_dividing_is_one_line(cli):
+    proc = cli("estimate", "--model", "llama2-7b", "--cluster", "a100-80g:1x8", "--global-batch", "16",
+               "--ep", "2", check=False)
+    assert proc.returncode != 0 and proc.stderr.strip().count("\n") == 0
+    assert "has none" in proc.stderr
+    proc = cli("estimate", "--model", MIXTRAL, "--cluster", "h100-80g:2x8", "--global-batch", "64",
+               "--seq-len", "4096", "--ep", "16", check=False)
+    assert proc.returncode != 0 and "ep 16 does not divide the 8 experts" in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0
+
+
+def test_plan_searches_ep_and_recosts_the_same(cli_json, tmp_path):
+    out = tmp_path / "moe.json"
+    plan = cli_json("plan", "--model", MIXTRAL, "--cluster", "h100-80g:2x8", "--global-batch", "64", "--seq-len",
+                    "4096", "--out", str(out))
+    assert plan["search"]["optimal"] is True
+    moe = [layer["strategy"] for layer in plan["layers"] if layer["name"].startswith("block.")]
+    assert any(s.get("ep", 1) > 1 for s in moe)  # replicating 8 experts of 14336 does not fit 80 GB
+    again = cli_json("estimate", "--plan", str(out))
+    assert again["predicted"]["iteration_time_s"] == pytest.approx(plan["predicted"]["iteration_time_s"], rel=1e-12)
