@@ -78,6 +78,7 @@ def test_decoder_parameters_match_the_spec(config):
 
 @pytest.mark.parametrize("change, message", [
     ({"config": dataclasses.replace(MOE, kv_lora_rank=16)}, "multi-head latent attention"),
+    ({"config": dataclasses.replace(MOE, attn_sinks=True)}, "attention sinks"),
     ({"precision": "bf16"}, "fp32 only"),
     ({"per_layer": {"block.0": S(4, 1, ep=2, etp=2)}}, "expert tensor parallelism"),
     ({"per_layer": {"block.0": S(2, 2, ep=2)}}, "tp 2 on an MoE block"),
@@ -87,7 +88,7 @@ def test_decoder_parameters_match_the_spec(config):
 ])
 def test_what_the_runtime_cannot_run_is_refused_in_one_line(change, message):
     config = change.pop("config", MOE)
-    if config.kv_lora_rank:  # the decoder refuses it before any plan exists
+    if config.kv_lora_rank or config.attn_sinks:  # the decoder refuses them before any plan exists
         with pytest.raises(UniapError, match=message):
             build_model(config)
         return

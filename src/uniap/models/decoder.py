@@ -79,7 +79,7 @@ def check_supported(config: ModelConfig) -> None:
         raise UniapError(f"heads {config.heads} not divisible by kv_heads {config.n_kv_heads}")
     unsupported = {"attention logit soft-capping": config.attn_softcap, "final logit soft-capping":
                    config.logit_softcap, "multi-head latent attention": config.kv_lora_rank,
-                   "multi-token prediction": config.mtp_layers}
+                   "multi-token prediction": config.mtp_layers, "attention sinks": config.attn_sinks}
     for feature, used in unsupported.items():
         if used:
             raise UniapError(f"{feature} ({config.name}) is not supported by `uniap run`")
