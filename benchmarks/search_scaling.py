@@ -10,7 +10,11 @@ Three tables:
    searched with 1F1B alone and with interleaving too (the default), and the ratio of the two, and each returned
    plan's simulated over predicted time (the report's event simulation of its schedule; 1 when the formula the
    solver used is right for the plan it returned);
-4. HiGHS's default options against ours (backends.HIGHS_SPEED) on the six most promising programs (least lower
+4. mixtures of experts: Mixtral-8x7B on h100-80g:8x8, Qwen3-235B-A22B on h100-80g:32x8 and DeepSeek-V3 on
+   h800-80g:256x8 (≤ 60 s), each proven optimal over pp, v, the attention's tp and the experts' ep together; the
+   predicted tokens/s per GPU next to the published layout's measured figure, and that layout costed by the same
+   model (its best micro-batch size and recompute), so the gain is the plan's over the hand layout;
+5. HiGHS's default options against ours (backends.HIGHS_SPEED) on the six most promising programs (least lower
    bound) of five model/cluster cases.
 
 Run: `python benchmarks/search_scaling.py` (`--quick` skips table 2's largest cells). Times vary ±50 % on a
@@ -25,6 +29,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 from uniap.errors import UniapError
+from uniap.estimate import estimate_uniform
 from uniap.planner import build_candidate, candidates, plan_search
 from uniap.report.render import recost, timeline_boxes
 from uniap.report.timeline import makespan
@@ -117,6 +122,61 @@ def targets(args) -> None:
               f"{s['gap'] * 100:>7.3f}% {chosen:>14} {gain:>5.3f}× {agree[0]} {agree[1]}", flush=True)
 
 
+# Published layouts of the MoE targets: (tp, pp, virtual stages, ep, zero, measured tokens/s/GPU, what it was).
+# Sources: benchmarks/data/published_runs.yaml rows mb2602-h100-qwen3-235b-a22b-fp8 (Megatron-Bridge 26.02,
+# DGX-H100, FP8, force-balanced routing) and dsv3-report-pretrain-h800 (DeepSeek-V3 report: 2.664M H800 GPU-hours
+# for 14.8T tokens, FP8, DualPipe, DeepEP). Mixtral-8x7B: no published layout on 64 H100 with a measured figure.
+MOE_TARGETS = [
+    ("mixtral-8x7b h100-80g:8x8 B256", "mixtral-8x7b", "h100-80g:8x8", 256, 4096, None, None),
+    ("qwen3-235b-a22b h100-80g:32x8 B8192", "qwen3-235b-a22b", "h100-80g:32x8", 8192, 4096,
+     (2, 8, 4, 32, 1), (1633, "Megatron-Bridge 26.02, fp8")),
+    ("deepseek-v3 h800-80g:256x8 B15360", "deepseek-v3", "h800-80g:256x8", 15360, 4096,
+     (1, 16, 1, 64, 1), (1543.2, "DeepSeek-V3 report, fp8 + DualPipe")),
+]
+
+
+def moe_targets(args) -> None:
+    print("\n4) mixtures of experts: the default search over pp, v, tp and ep (bf16), against the published layout")
+    print(f"{'case':<36} {'search s':>8} {'optimal':>8} {'plan':>26} {'tok/s/GPU':>9} {'layout costed':>13} "
+          f"{'gain':>6} {'measured':>9}  source")
+    for label, name, cluster_name, batch, seq, layout, published in MOE_TARGETS:
+        model, cluster = load_model(name, seq), load_cluster(cluster_name)
+        workload = Workload(batch, seq, "bf16")
+        plan = plan_search(model, cluster, workload, time_limit=args.time_limit)
+        pipe = plan.pipeline
+        blocks = [layer.strategy for layer in plan.layers if layer.name.startswith("block.")]
+        moe = max(blocks, key=lambda s: s.ep)
+        chosen = (f"pp{pipe['degree']}·v{pipe['virtual_stages']} c{pipe['micro_batches']} tp{moe.tp} "
+                  f"ep{moe.ep}" + (f" etp{moe.etp}" if moe.etp > 1 else ""))
+        per_gpu = plan.predicted["tokens_per_s"] / cluster.devices
+        hand = best_layout(model, cluster, workload, layout) if layout else None
+        hand_text = f"{hand:>13.0f}" if hand else f"{'-':>13}"
+        gain = f"{per_gpu / hand:>5.2f}×" if hand else f"{'-':>6}"
+        measured = f"{published[0]:>9.0f}  {published[1]}" if published else f"{'-':>9}"
+        print(f"{label:<36} {plan.search['time_s']:>8.1f} {str(plan.search['optimal']):>8} {chosen:>26} "
+              f"{per_gpu:>9.0f} {hand_text} {gain} {measured}", flush=True)
+
+
+def best_layout(model, cluster, workload, layout) -> float | None:
+    """Tokens/s per GPU of a published layout under the cost model: its tp, pp, v, ep and ZeRO stage, with the
+    micro-batch size and recompute (none or full) that run fastest and fit; None when none fits."""
+    tp, pp, virtual, ep, zero = layout
+    best = None
+    for mbs in (1, 2, 4, 8):
+        for recompute in (False, True):
+            try:
+                plan = estimate_uniform(model, cluster, workload, tp=tp, pp=pp, zero=zero, micro_batch_size=mbs,
+                                        recompute=recompute, sequence_parallel=tp > 1, ep=ep,
+                                        schedule="interleaved-1f1b" if virtual > 1 else "1f1b",
+                                        virtual_stages=virtual)
+            except UniapError:
+                continue
+            if plan.predicted["fits"]:
+                rate = plan.predicted["tokens_per_s"] / cluster.devices
+                best = rate if best is None else max(best, rate)
+    return best
+
+
 def simulated_over_predicted(plan, cluster: str) -> float:
     """The report's event simulation of the plan's schedule over the time the planner predicted for it."""
     figures = recost(plan, cluster)
@@ -124,7 +184,7 @@ def simulated_over_predicted(plan, cluster: str) -> float:
 
 
 def highs_options(args) -> None:
-    print("\n4) HiGHS options: defaults vs ours, one thread, no cut-off (seconds per MILP)", flush=True)
+    print("\n5) HiGHS options: defaults vs ours, one thread, no cut-off (seconds per MILP)", flush=True)
     # HiGHS fixes its thread count when it first runs in a process: a fresh one, with one thread as in the UOP.
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(1, mp_context=spawn, initializer=limit_threads, initargs=(1,)) as pool:
@@ -166,10 +226,10 @@ def main() -> None:
                         help="seconds per unfolded MILP (and per MILP of table 4)")
     parser.add_argument("--unfolded-max-layers", type=int, default=12, help="deepest model tried unfolded")
     parser.add_argument("--time-limit", type=float, default=120.0, help="seconds per whole search")
-    parser.add_argument("--only", choices=("single", "search", "targets", "options"), help="print one table")
+    parser.add_argument("--only", choices=("single", "search", "targets", "moe", "options"), help="print one table")
     args = parser.parse_args()
     for name, table in (("single", single_program), ("search", whole_search), ("targets", targets),
-                        ("options", highs_options)):
+                        ("moe", moe_targets), ("options", highs_options)):
         if args.only in (None, name):
             table(args)
 

@@ -28,7 +28,7 @@ from uniap.plan import Plan
 from uniap.planner import MAX_VIRTUAL_STAGES, build_candidate, candidates, plan_search, schedule_of, \
     stage_strategies
 from uniap.solve.program import StageProgram, evaluate_many, lower_bound
-from uniap.solve.uop import search
+from uniap.solve.uop import interleaved_tier, search
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import LayerSpec, ModelSpec
 from uniap.spec.workload import INTERLEAVED, Workload
@@ -159,7 +159,7 @@ def engine_plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
 
         left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - started))
         result = search(pins, build, solver=solver, time_limit=left, workers=workers,
-                        tier=lambda program: int(program.virtual_stages > 1))
+                        tier=interleaved_tier)
         if result.solution is not None:
             cand, i = result.best
             program, _, rows = tables(cand)

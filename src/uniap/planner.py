@@ -22,7 +22,7 @@ from uniap.estimate import make_plan, predict
 from uniap.plan import Plan
 from uniap.solve.program import StageProgram
 from uniap.solve.reduce import undominated
-from uniap.solve.uop import search
+from uniap.solve.uop import interleaved_tier, search
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import ModelSpec
 from uniap.spec.workload import INTERLEAVED, Workload, check_schedule
@@ -60,16 +60,16 @@ def build_candidate(candidate: tuple[int, int, int], model: ModelSpec, cluster: 
     keeps, holds what the last (P, c) priced (`candidates` lists the v's of one (P, c) in a row)."""
     stages, micro_batches, virtual = candidate
     if cache is not None and cache.get("strategies", (None,))[0] == (stages, micro_batches):
-        strategies = cache["strategies"][1]
+        strategies, rows = cache["strategies"][1]
     else:
-        strategies = stage_strategies(model, cluster, workload, candidate, max_tp)
+        strategies, rows = stage_columns(model, cluster, workload, candidate, max_tp)
         if cache is not None:
-            cache["strategies"] = ((stages, micro_batches), strategies)
+            cache["strategies"] = ((stages, micro_batches), (strategies, rows))
     if not strategies:
         return None
     program = build_program(model, cluster, workload, stages, micro_batches, strategies,
                             schedule_of(candidate, schedules), virtual,
-                            None if cache is None else cache.setdefault("tables", {}))
+                            None if cache is None else cache.setdefault("tables", {}), rows=rows)
     if not program.allowed.any(axis=1).all():
         return None
     return program
@@ -77,27 +77,40 @@ def build_candidate(candidate: tuple[int, int, int], model: ModelSpec, cluster: 
 
 def stage_strategies(model: ModelSpec, cluster: ClusterSpec, workload: Workload, candidate: tuple[int, int, int],
                      max_tp: int | None) -> list[Strategy]:
+    """The strategies of a stage of N/P devices the search keeps (`stage_columns`)."""
+    return stage_columns(model, cluster, workload, candidate, max_tp)[0]
+
+
+def stage_columns(model: ModelSpec, cluster: ClusterSpec, workload: Workload, candidate: tuple[int, int, int],
+                  max_tp: int | None) -> tuple[list[Strategy], tuple | None]:
     """The strategies of a stage of N/P devices that at least one layer can take and that no other strategy of
-    the same layout beats on every layer (fewer columns to solve).
+    the same layout beats on every layer (fewer columns to solve), and their `cost.tables.signature_costs`
+    (for build_program, which would price them again otherwise).
 
     Beaten: another strategy whose activation layout is the same (so every resharding and send costs the same)
     is allowed wherever this one is and no worse in A, G, Ms and Ma on every distinct layer; any plan using
     this one is then matched by swapping it out. With a measured cost source the tables are adjusted after
     pricing (cost.source), so only the first filter applies."""
     stages, micro_batches = candidate[:2]
-    micro = workload.global_batch // micro_batches
-    distinct = list({layer.signature or layer.name: layer for layer in model.layers}.values())
-    usable = [s for s in enumerate_strategies(cluster.devices // stages, max_tp=max_tp, experts=model.config.experts)
-              if any(disallowed(layer, s, micro) is None for layer in distinct)]
-    if cluster.costs is not None or len(usable) < 2:
-        return usable
-    _, costs, good = signature_costs(model, cluster, workload, stages, micro_batches, usable)
+    strategies = enumerate_strategies(cluster.devices // stages, max_tp=max_tp, experts=model.config.experts)
+    if cluster.costs is not None:
+        micro = workload.global_batch // micro_batches
+        distinct = list({layer.signature or layer.name: layer for layer in model.layers}.values())
+        return [s for s in strategies if any(disallowed(layer, s, micro) is None for layer in distinct)], None
+    index, costs, good = signature_costs(model, cluster, workload, stages, micro_batches, strategies)
+    taken = np.flatnonzero(good.any(axis=0))  # some layer can take it
+    usable, costs, good = [strategies[k] for k in taken], costs[:, taken], good[:, taken]
     values = np.where(good[..., None], costs, np.inf)  # a strategy a layer cannot take costs it infinitely
-    layouts = [s.layout for s in usable]
-    classes = [layouts.index(layout) for layout in layouts]
-    rows = [values[r, :, j] for r in range(values.shape[0]) for j in range(values.shape[2])]
-    keep = undominated(np.ones(len(usable), dtype=bool), classes, rows)
-    return [s for s, kept in zip(usable, keep) if kept]
+    rows = values.transpose(1, 0, 2).reshape(len(usable), -1)  # (K, distinct layers × 4)
+    classes: dict[tuple, list[int]] = {}
+    for k, s in enumerate(usable):
+        classes.setdefault(s.layout, []).append(k)
+    keep = np.zeros(len(usable), dtype=bool)
+    for members in classes.values():  # dominance within one layout: compare a class with itself only
+        keep[members] = undominated(np.ones(len(members), dtype=bool), np.zeros(len(members), dtype=int),
+                                    list(rows[members].T))
+    kept = np.flatnonzero(keep)
+    return [usable[k] for k in kept], (index, costs[:, kept], good[:, kept])
 
 
 def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, schedule: str = INTERLEAVED,
@@ -121,7 +134,7 @@ def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, s
     build = partial(build_candidate, model=model, cluster=cluster, workload=workload, schedules=schedules,
                     max_tp=max_tp, cache={})
     result = search(cands, build, solver=solver, time_limit=time_limit, workers=workers, progress=progress,
-                    tier=lambda program: int(program.virtual_stages > 1))
+                    tier=interleaved_tier)
     if result.solution is None:
         raise UniapError(_no_plan_message(cands, build, cluster))
     stages, micro_batches, virtual = result.best

@@ -8,6 +8,7 @@ from random_tables import random_program
 
 from uniap.solve.milp import solve
 from uniap.solve.program import evaluate
+from uniap.solve import uop
 from uniap.solve.uop import search
 
 CANDIDATES = [(p, c) for p in (1, 2, 3) for c in (1, 2, 4)]
@@ -64,6 +65,32 @@ def test_serial_and_parallel_agree():
     assert parallel.best == serial.best
     assert parallel.solution.objective == pytest.approx(serial.solution.objective, rel=1e-9)
     assert parallel.optimal
+
+
+def test_trials_cut_short_are_solved_again(monkeypatch):
+    """A plain candidate's first MILP stops at TRIAL_S and goes back in the queue: with no time at all for trials,
+    every candidate is solved a second time, and the search still proves the same optimum."""
+    monkeypatch.setattr(uop, "TRIAL_S", 0.0)
+    retried = []
+    retry = uop._State.retry
+    monkeypatch.setattr(uop._State, "retry", lambda self, *a: retried.append(retry(self, *a)) or retried[-1])
+    result = search(CANDIDATES, build, workers=1)
+    assert any(retried)
+    best, objective = best_by_solving_all()
+    assert result.best == best and result.solution.objective == pytest.approx(objective, rel=1e-6)
+    assert result.optimal and result.gap == 0.0
+
+
+def test_bounds_built_in_workers_agree(monkeypatch):
+    """Many candidates are built and bounded in worker processes, each a share: the same records as here."""
+    monkeypatch.setattr(uop, "PARALLEL_BOUNDS", 2)
+    serial = search(CANDIDATES, build, workers=1)
+    parallel = search(CANDIDATES, build, workers=2)
+    assert parallel.best == serial.best and parallel.optimal
+    assert parallel.solution.objective == pytest.approx(serial.solution.objective, rel=1e-9)
+    assert [(r.candidate, r.lower_bound) for r in parallel.records] == \
+        [(r.candidate, r.lower_bound) for r in serial.records]
+    assert [r.status for r in parallel.records if r.status == "impossible"] == ["impossible"]
 
 
 def test_nothing_feasible():

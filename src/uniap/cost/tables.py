@@ -119,11 +119,12 @@ def disallowed(layer: LayerSpec, s: Strategy, micro_batch: int) -> str | None:
 
 
 def layer_cost(layer: LayerSpec, s: Strategy, micro_batch: int, cluster: ClusterSpec, workload: Workload,
-               links: StageLinks) -> tuple[float, float, float, float]:
+               links: StageLinks, compute: float | None = None) -> tuple[float, float, float, float]:
     """(A, G, Ms, Ma) of one layer under one strategy; see the module docstring.
 
     A cluster with a measured cost source (cluster.costs, see cost.source) answers from its measurements
-    first; layers and strategies it did not measure fall through to the analytic model.
+    first; layers and strategies it did not measure fall through to the analytic model. `compute`: the layer's
+    `layer_compute` under s, when the caller has it (strategies differing in ZeRO stage alone share it).
     """
     if cluster.costs is not None:
         measured = cluster.costs.layer_cost(cluster, layer, s, micro_batch, workload)
@@ -133,8 +134,8 @@ def layer_cost(layer: LayerSpec, s: Strategy, micro_batch: int, cluster: Cluster
     samples = micro_batch / s.dp  # per device
     act_bytes = workload.act_bytes
     imbalance = workload.expert_imbalance if layer.experts else 1.0
-    compute = layer_time(device, cluster.engine, cluster.peak(workload.precision), layer, samples, s.tp, s.sp,
-                         s.recompute, act_scale=act_bytes / 2, experts=(s.ep, s.etp, imbalance))
+    if compute is None:
+        compute = layer_compute(layer, s, micro_batch, cluster, workload)
     passes = 3.0 if s.recompute else 2.0  # forward, backward, and the recomputed forward
 
     # Tensor parallelism: the forward's all-reduces (reduce-scatter + all-gather with sp: same volume),
@@ -166,6 +167,13 @@ def layer_cost(layer: LayerSpec, s: Strategy, micro_batch: int, cluster: Cluster
     Ma = samples * activation_bytes_per_sample(layer, s, workload.precision, flash_attention=cluster.engine.flash,
                                                imbalance=imbalance)
     return A, once, Ms, Ma
+
+
+def layer_compute(layer: LayerSpec, s: Strategy, micro_batch: int, cluster: ClusterSpec, workload: Workload) -> float:
+    """Forward + backward (+ recomputed forward) seconds of one layer call under s, on one device (cost.compute)."""
+    imbalance = workload.expert_imbalance if layer.experts else 1.0
+    return layer_time(cluster.device, cluster.engine, cluster.peak(workload.precision), layer, micro_batch / s.dp,
+                      s.tp, s.sp, s.recompute, act_scale=workload.act_bytes / 2, experts=(s.ep, s.etp, imbalance))
 
 
 def _data_parallel(grad_bytes: float, replicas: int, zero: int, link: Link) -> tuple[float, float]:
@@ -239,13 +247,14 @@ def _pair_tables(nbytes: float, strategies: list[Strategy], links: StageLinks) -
 
 def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, stages: int, micro_batches: int,
                   strategies: list[Strategy], schedule: str = "1f1b", virtual_stages: int = 1,
-                  cache: dict | None = None) -> StageProgram:
+                  cache: dict | None = None, rows: tuple | None = None) -> StageProgram:
     """Tables for P = `stages` stages and c = `micro_batches`, over `strategies` (all with dp·tp = N/P).
 
     Interleaved 1F1B (`virtual_stages` v > 1): the program cuts the chain into P·v chunks, chunk j on device
     group j mod P; its boundaries all cross device groups (each priced as a stage boundary). Only the chunk
     count and the in-flight counts depend on v, so a caller building the v's of one (P, c) in a row passes a
-    `cache` (a dict it keeps) and the layers are priced once: it holds the last (P, c, strategies) priced."""
+    `cache` (a dict it keeps) and the layers are priced once: it holds the last (P, c, strategies) priced. `rows`:
+    `signature_costs` of these strategies when the caller already has them."""
     n = cluster.devices
     if stages < 1 or n % stages:
         raise UniapError(f"pipeline degree {stages} does not divide the {n} devices")
@@ -267,7 +276,7 @@ def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, st
         raise UniapError(f"strategy {bad[0].label()} uses {bad[0].devices} devices but a stage has {d}")
     key = (stages, micro_batches, tuple(strategies))
     if cache is None or key not in cache:
-        priced = _priced(model, cluster, workload, stages, micro_batches, strategies)
+        priced = _priced(model, cluster, workload, stages, micro_batches, strategies, rows)
         if cache is not None:
             cache.clear()
             cache[key] = priced
@@ -284,12 +293,12 @@ def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, st
 
 
 def _priced(model: ModelSpec, cluster: ClusterSpec, workload: Workload, stages: int, micro_batches: int,
-            strategies: list[Strategy]) -> tuple[np.ndarray, ...]:
+            strategies: list[Strategy], rows: tuple | None = None) -> tuple[np.ndarray, ...]:
     """A, G, Ms, Ma, R, Rp and allowed of one (P, c) before any measured adjustment."""
     micro = workload.global_batch // micro_batches
     links = stage_links(cluster, stages, strategies)
     L, K = len(model.layers), len(strategies)
-    index, costs, good = signature_costs(model, cluster, workload, stages, micro_batches, strategies, links)
+    index, costs, good = rows or signature_costs(model, cluster, workload, stages, micro_batches, strategies, links)
     A, G, Ms, Ma = (costs[index, :, j] for j in range(4))
     ok = good[index]
     R = np.empty((max(L - 1, 0), K, K))  # every edge's entries are set below
@@ -319,10 +328,14 @@ def signature_costs(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
     costs = np.zeros((len(firsts), len(strategies), 4))
     good = np.zeros((len(firsts), len(strategies)), dtype=bool)
     for r, layer in enumerate(firsts):
+        computed: dict[tuple, float] = {}  # strategies differing in ZeRO stage alone compute alike
         for k, s in enumerate(strategies):
             good[r, k] = disallowed(layer, s, micro) is None
             if good[r, k]:
-                costs[r, k] = layer_cost(layer, s, micro, cluster, workload, links)
+                shape = (s.dp, s.tp, s.sp, s.recompute, s.ep, s.etp)
+                if cluster.costs is None and shape not in computed:
+                    computed[shape] = layer_compute(layer, s, micro, cluster, workload)
+                costs[r, k] = layer_cost(layer, s, micro, cluster, workload, links, computed.get(shape))
     return index, costs, good
 
 

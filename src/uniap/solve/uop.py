@@ -14,6 +14,7 @@ import bisect
 import math
 import multiprocessing
 import os
+import pickle
 import time
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -59,6 +60,11 @@ SERIAL_BUDGET_S = 1.0
 """Seconds of solving done in this process before worker processes may be started for the rest."""
 WORKER_START_S = 0.5
 """What starting the worker pool costs here (spawned processes importing numpy and HiGHS)."""
+TRIAL_S = 2.0
+"""Seconds a plain candidate's first MILP may run. One that is not settled by then goes back in the queue after
+every candidate of its tier (keeping the plan it found, if any, as the incumbent) and is solved again with the
+incumbent they leave, which usually cuts it at once: a weak-bound MILP that would take a minute to prove it
+loses (DeepSeek-V3's pp32 with 480 micro-batches on 2,048 H800: 46 s) no longer waits for the one that wins."""
 
 
 def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProgram | None], *,
@@ -82,23 +88,15 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
     queue: list[tuple[int, float, int]] = []  # (tier, lower bound, candidate index)
     guess: tuple[int, Solution] | None = None
     unbounded: list[int] = []  # not even built before the deadline (a plan was in hand already)
-    for index, candidate in enumerate(candidates):
-        if deadline is not None and guess is not None and time.perf_counter() >= deadline:
+    for index, found in _bounds(candidates, build, tier, workers, deadline):
+        if found is None:
             unbounded.append(index)
             continue
-        program = build(candidate)
-        if program is None:
-            records[index] = CandidateRecord(candidate, math.inf, None, "impossible", 0.0)
+        status, tier_of, bound, uniform = found
+        if status != "bounded":
+            records[index] = CandidateRecord(candidates[index], math.inf, None, status, 0.0)
             continue
-        program.validate()
-        bound = lower_bound(program)
-        if bound == math.inf:
-            records[index] = CandidateRecord(candidate, math.inf, None, "infeasible", 0.0)
-            continue
-        queue.append((tier(program) if tier else 0, bound, index))
-        if guess is not None and bound >= guess[1].objective:
-            continue  # its uniform plan costs at least its bound: it cannot be the better incumbent
-        uniform = uniform_guess(program)
+        queue.append((tier_of, bound, index))
         if uniform is not None and (guess is None or uniform.objective < guess[1].objective):
             guess = (index, uniform)
     queue.sort()
@@ -127,15 +125,83 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
         program = build(candidates[index])
         solve_started = time.perf_counter()
         build_times.append(solve_started - build_started)
-        outcome = solve_outcome(program, solver=solver, time_limit=_left(deadline),
+        trial = state.trial(index, program)
+        outcome = solve_outcome(program, solver=solver, time_limit=_time_limit(_left(deadline), trial),
                                 cutoff=state.cutoff(), phase=state.phase(index))
         solve_times.append(time.perf_counter() - solve_started)
-        if not state.defer(queue, (tier_of, bound, index), outcome, solve_times[-1]):
+        entry = (tier_of, bound, index)
+        if not (state.retry(queue, entry, outcome, solve_times[-1], trial, deadline)
+                or state.defer(queue, entry, outcome, solve_times[-1])):
             state.settle(index, bound, outcome, solve_times[-1] + state.deferred.get(index, 0.0))
     if queue:
         _parallel(queue, build, state, solver, deadline, workers)
     ordered = [records[i] for i in range(len(candidates))]
     return state.result(ordered, time.perf_counter() - started)
+
+
+PARALLEL_BOUNDS = 256
+"""Candidates from which their programs are built and bounded in worker processes (each builds a share of them)
+rather than here: DeepSeek-V3 on 2,048 H800 has 1,044, whose pricing alone took 28 s in one process."""
+
+
+def _bounds(candidates: Sequence[Hashable], build, tier, workers: int, deadline: float | None):
+    """(index, (status, tier, lower bound, uniform plan) or None when left unbuilt by the deadline) of every
+    candidate, in order: status "bounded", "impossible" (build gave None) or "infeasible" (bound inf). In worker
+    processes when there are many candidates and `build` and `tier` can be sent to them."""
+    if workers > 1 and len(candidates) >= PARALLEL_BOUNDS and _picklable(build, tier):
+        # Contiguous blocks, dealt out in turn: a builder that caches what consecutive candidates share (the
+        # planner prices a (P, c) once for all of its v's) keeps most of that, and the shares stay even.
+        size = max(1, len(candidates) // (8 * workers))
+        blocks = [list(range(lo, min(lo + size, len(candidates)))) for lo in range(0, len(candidates), size)]
+        shares = [[i for block in blocks[w::workers] for i in block] for w in range(workers)]
+        left = _left(deadline)
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=backends.limit_threads,
+                                 initargs=(1,)) as pool:
+            parts = [pool.submit(_bound_share, [(i, candidates[i]) for i in share], build, tier, left)
+                     for share in shares]
+            found = dict(pair for part in parts for pair in part.result())
+        yield from sorted(found.items())
+        return
+    yield from _bound_share(list(enumerate(candidates)), build, tier, _left(deadline))
+
+
+def _bound_share(items: list, build, tier, left: float | None) -> list:
+    """`_bounds` of some candidates, in one process; `left` seconds until the search's deadline. A candidate
+    whose bound cannot beat the best uniform plan found so far needs no uniform plan of its own."""
+    deadline = None if left is None else time.perf_counter() + left
+    out, best = [], math.inf
+    for index, candidate in items:
+        if deadline is not None and best < math.inf and time.perf_counter() >= deadline:
+            out.append((index, None))
+            continue
+        program = build(candidate)
+        if program is None:
+            out.append((index, ("impossible", 0, math.inf, None)))
+            continue
+        program.validate()
+        bound = lower_bound(program)
+        if bound == math.inf:
+            out.append((index, ("infeasible", 0, math.inf, None)))
+            continue
+        uniform = uniform_guess(program) if bound < best else None
+        if uniform is not None:
+            best = min(best, uniform.objective)
+        out.append((index, ("bounded", tier(program) if tier else 0, bound, uniform)))
+    return out
+
+
+def interleaved_tier(program: StageProgram) -> int:
+    """The `tier` the planner solves in: plain pipelines (0) before interleaved ones (1)."""
+    return int(program.virtual_stages > 1)
+
+
+def _picklable(*objects) -> bool:
+    try:
+        pickle.dumps(objects)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return False
+    return True
 
 
 def uniform_guess(program: StageProgram) -> Solution | None:
@@ -171,11 +237,13 @@ def _parallel(queue, build, state: "_State", solver: str, deadline: float | None
     """Keep `workers` solves in flight, each cut off at the incumbent of the moment it starts. A candidate of a
     higher tier waits until every solve of a lower tier has settled, so it starts with their incumbent, and a
     deferred one until every solve in flight has (they come in the order of their bounds, and most are skipped
-    once the first is solved)."""
+    once the first is solved). Each worker builds the programs it solves when `build` can be sent to it (its own
+    cache then serves the candidates it gets; programs are megabytes to send); otherwise this process builds them."""
     context = multiprocessing.get_context("spawn")  # no fork of a process that may hold solver threads
     pending = list(queue)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=backends.limit_threads,
-                             initargs=(1,)) as pool:
+    remote = _picklable(build)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker,
+                             initargs=(build if remote else None,)) as pool:
         running: dict[Future, tuple[int, float, float, int]] = {}
         while pending or running:
             while pending and len(running) < workers:
@@ -186,9 +254,9 @@ def _parallel(queue, build, state: "_State", solver: str, deadline: float | None
                 tier, bound, index = pending.pop(0)
                 if state.skip(index, bound, deadline):
                     continue
-                future = pool.submit(solve_outcome, build(state.candidates[index]), solver=solver,
-                                     time_limit=_left(deadline), cutoff=state.cutoff(),
-                                     phase=state.phase(index))
+                work = state.candidates[index] if remote else build(state.candidates[index])
+                future = pool.submit(_solve_in_worker, work, index in state.tried, solver, _left(deadline),
+                                     state.cutoff(), state.phase(index))
                 running[future] = (index, bound, time.perf_counter(), tier)
             if not running:
                 continue
@@ -196,12 +264,41 @@ def _parallel(queue, build, state: "_State", solver: str, deadline: float | None
             for future in done:
                 index, bound, submitted, tier = running.pop(future)
                 seconds = time.perf_counter() - submitted
-                if not state.defer(pending, (tier, bound, index), future.result(), seconds):
-                    state.settle(index, bound, future.result(), seconds + state.deferred.get(index, 0.0))
+                outcome, trial = future.result()
+                entry = (tier, bound, index)
+                if not (state.retry(pending, entry, outcome, seconds, trial, deadline)
+                        or state.defer(pending, entry, outcome, seconds)):
+                    state.settle(index, bound, outcome, seconds + state.deferred.get(index, 0.0))
+
+
+_WORKER_BUILD = None
+"""The `build` of the search a worker process serves (set when the pool starts it)."""
+
+
+def _start_worker(build) -> None:
+    global _WORKER_BUILD
+    backends.limit_threads(1)
+    _WORKER_BUILD = build
+
+
+def _solve_in_worker(work, tried: bool, solver: str, left: float | None, cutoff: float | None,
+                     phase: str) -> tuple[Outcome, bool]:
+    """Solve one candidate (`work`: the candidate, built here, or its program) in a worker: (outcome, whether it
+    was a trial, `_State.trial`'s rule)."""
+    program = _WORKER_BUILD(work) if _WORKER_BUILD is not None else work
+    trial = program.virtual_stages == 1 and not tried
+    return solve_outcome(program, solver=solver, time_limit=_time_limit(left, trial), cutoff=cutoff,
+                         phase=phase), trial
 
 
 def _left(deadline: float | None) -> float | None:
     return None if deadline is None else max(deadline - time.perf_counter(), 0.0)
+
+
+def _time_limit(left: float | None, trial: bool) -> float | None:
+    """A solve's time limit: what is left of the search (`left` seconds, None: no limit), at most TRIAL_S for a
+    trial."""
+    return left if not trial else TRIAL_S if left is None else min(TRIAL_S, left)
 
 
 class _State:
@@ -217,6 +314,7 @@ class _State:
         self.unbounded = 0
         self.deferred: dict[int, float] = {}  # candidates sent back, with the seconds their solves took so far
         self.deferrals: dict[int, int] = {}  # how many of its PHASES each has gone through
+        self.tried: set[int] = set()  # plain candidates whose first MILP ran (under TRIAL_S)
 
     def cutoff(self) -> float | None:
         return None if self.best is None else self.best.objective
@@ -243,6 +341,31 @@ class _State:
         """The step a candidate's next solve takes (solve.milp.solve_outcome): up to its group bound at first,
         then up to its device-group MILPs, then its chunk MILP; each after the step its last solve stopped at."""
         return PHASES[min(self.deferrals.get(index, 0), len(PHASES) - 1)]
+
+    def trial(self, index: int, program: StageProgram) -> bool:
+        """Whether this solve is a plain candidate's first, cut short at TRIAL_S (interleaved candidates are
+        solved in PHASES instead)."""
+        return program.virtual_stages == 1 and index not in self.tried
+
+    def retry(self, queue: list, entry: tuple[int, float, int], outcome: Outcome, seconds: float, trial: bool,
+              deadline: float | None) -> bool:
+        """Send a trial the limit stopped back to the queue, after its tier: the plan it found (if any) becomes
+        the incumbent when it is better, and its bound is what the solver proved. Not when the search's own time
+        is up (then the limit was the search's, and the candidate is settled as it stands)."""
+        if not trial:
+            return False
+        self.tried.add(entry[2])
+        if outcome.status not in ("feasible", "timeout") or (deadline is not None and time.perf_counter() >= deadline):
+            return False
+        tier, bound, index = entry
+        sol = outcome.solution
+        if sol is not None:
+            bound = max(bound, sol.objective * (1.0 - sol.gap))
+            if self.best is None or sol.objective < self.best.objective:
+                self.best_index, self.best = index, sol
+        self.deferred[index] = self.deferred.get(index, 0.0) + seconds
+        bisect.insort(queue, (tier + 1, bound, index))
+        return True
 
     def defer(self, queue: list, entry: tuple[int, float, int], outcome: Outcome, seconds: float) -> bool:
         """Put a deferred candidate back in the queue, in order, with the bound it now has: it is solved further
