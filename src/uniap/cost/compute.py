@@ -58,6 +58,11 @@ ELEMENTWISE: dict[str, tuple[tuple[float, int], tuple[float, int]]] = {
     "softmax": ((4.0, 1), (12.0, 3)),
     # embedding gather: read the rows, write the output.
     "embedding": ((4.0, 1), (4.0, 1)),
+    # MoE token permutation into expert order (a gather of each routed copy: read, write) and back (weighted by
+    # the routing probabilities and summed over a token's k copies), each over the s·k·h routed elements; fused
+    # (Megatron's --moe-permute-fusion) one kernel each, eager an index and a gather/scatter each.
+    "permute": ((4.0, 1), (4.0, 2)),
+    "unpermute": ((4.0, 1), (6.0, 2)),
     # cross-entropy over the logits, softmax in fp32: fused read logits, write fp32 probabilities, read them
     # (10 B); eager logits.float(), log_softmax, nll (14 B).
     "cross_entropy": ((10.0, 3), (14.0, 3)),

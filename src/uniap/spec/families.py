@@ -276,6 +276,8 @@ def _moe_ffn(cfg: ModelConfig, s: int, h: int, *, dropout: bool, pre_norm: bool 
     a token costs k experts' FLOPs whatever E is; their weights (E·(n_in+1)·h·fe) are the layer's
     `expert_params`, which ep and etp shard instead of tp. Shared experts: a dense MLP of inner size
     `shared_ffn` on every token, tensor-parallel like the dense MLP (+ Qwen2-MoE's h → 1 sigmoid gate).
+    Around the experts, each token's k copies are permuted into expert order before dispatch and back after
+    combine, weighted by their routing probabilities (memory-bound, over s·k·h elements each).
     Kept for backward, per routed token copy (s·k of them per sample): the dispatched expert input (2h), the
     gate and up outputs and their product (6·fe gated, 4·fe not) — split by etp — and the expert output the
     combine weights (2h). Per token: the router input (shared with the shared expert's input) and the fp32
@@ -306,9 +308,9 @@ def _moe_ffn(cfg: ModelConfig, s: int, h: int, *, dropout: bool, pre_norm: bool 
         act_routed=routed * 4.0 * h,
         act_routed_etp=routed * (6.0 if cfg.gated_mlp else 4.0) * fe,
         ops=((_norm_op(cfg, s * h),) if pre_norm else ()) + (Gemm(s, h, E),)
-        + (GroupedGemm(s, h, fe, E, k, "n", count=n_in),
+        + (Elementwise("permute", routed * h, tp_sharded=True), GroupedGemm(s, h, fe, E, k, "n", count=n_in),
            Elementwise("swiglu" if cfg.gated_mlp else "bias_gelu", routed * fe, tp_sharded=True),
-           GroupedGemm(s, fe, h, E, k, "k"))
+           GroupedGemm(s, fe, h, E, k, "k"), Elementwise("unpermute", routed * h, tp_sharded=True))
         + shared_ops + ((_norm_op(cfg, s * h),) if post_norm else ())
         + ((Elementwise("dropout", s * h),) if dropout else ()) + (Elementwise("residual", s * h),),
     )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 # Element-wise operator kinds; cost.compute.ELEMENTWISE prices each (bytes per element, kernels) under
 # fused and under eager kernels.
 ELEMENTWISE_KINDS = ("norm", "rmsnorm", "bias_gelu", "swiglu", "residual", "dropout", "rotary", "softmax", "embedding",
-                     "cross_entropy")
+                     "cross_entropy", "permute", "unpermute")
 
 
 @dataclass(frozen=True)
