@@ -99,6 +99,8 @@ def stage_columns(model: ModelSpec, cluster: ClusterSpec, workload: Workload, ca
         return [s for s in strategies if any(disallowed(layer, s, micro) is None for layer in distinct)], None
     index, costs, good = signature_costs(model, cluster, workload, stages, micro_batches, strategies)
     taken = np.flatnonzero(good.any(axis=0))  # some layer can take it
+    if not len(taken):
+        return [], None
     usable, costs, good = [strategies[k] for k in taken], costs[:, taken], good[:, taken]
     values = np.where(good[..., None], costs, np.inf)  # a strategy a layer cannot take costs it infinitely
     rows = values.transpose(1, 0, 2).reshape(len(usable), -1)  # (K, distinct layers × 4)

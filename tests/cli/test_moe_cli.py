@@ -36,7 +36,7 @@ def test_ep_on_a_dense_model_or_not_dividing_is_one_line(cli):
     assert proc.stderr.strip().count("\n") == 0
 
 
-def test_plan_searches_ep_and_recosts_the_same(cli_json, tmp_path):
+def test_plan_searches_ep_and_recosts_the_same(cli, cli_json, tmp_path):
     out = tmp_path / "moe.json"
     plan = cli_json("plan", "--model", MIXTRAL, "--cluster", "h100-80g:2x8", "--global-batch", "64", "--seq-len",
                     "4096", "--out", str(out))
@@ -45,3 +45,7 @@ def test_plan_searches_ep_and_recosts_the_same(cli_json, tmp_path):
     assert any(s.get("ep", 1) > 1 for s in moe)  # replicating 8 experts of 14336 does not fit 80 GB
     again = cli_json("estimate", "--plan", str(out))
     assert again["predicted"]["iteration_time_s"] == pytest.approx(plan["predicted"]["iteration_time_s"], rel=1e-12)
+    html = tmp_path / "report.html"
+    cli("report", str(out), "--out", str(html))
+    eps = {s["ep"] for s in moe if s.get("ep", 1) > 1}
+    assert all(f"ep{ep}" in html.read_text() for ep in eps)  # the strategy map names the expert layout
