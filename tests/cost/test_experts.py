@@ -156,3 +156,17 @@ def test_milp_over_expert_columns_matches_the_reference(model, seed):
             continue
         assert found.objective == pytest.approx(reference.objective, rel=1e-6)
         assert found.objective == pytest.approx(evaluate(prog, found.stage_of, found.strategy_of), rel=1e-9)
+
+
+def test_planner_never_loses_to_megatron_grid_with_expert_parallelism(model):
+    """Megatron-LM's grid searches ep too (one expert layout on every MoE block); the joint MILP is at least as
+    good, since every uniform layout is one of its plans."""
+    from uniap.baselines.common import stage_strategies
+    from uniap.baselines.megatron import megatron_grid
+    from uniap.planner import plan_search
+
+    cluster, workload = load_cluster("h100-80g:1x8"), Workload(16, 2048)
+    assert any(s.ep > 1 for s in stage_strategies(cluster, 1, experts=8))
+    grid = megatron_grid(model, cluster, workload)
+    plan = plan_search(model, cluster, workload, schedule="1f1b", workers=1)
+    assert plan.predicted["iteration_time_s"] <= grid.iteration_time_s * (1 + 1e-9)

@@ -82,10 +82,13 @@ def micro_batch_counts(workload: Workload) -> list[int]:
 
 
 def stage_strategies(cluster: ClusterSpec, stages: int, max_tp: int | None = None, *, zero=(0, 1, 2, 3),
-                     recompute=(False, True), sequence_parallel: bool = True, tp=None) -> list[Strategy]:
-    """The strategies of a stage of N/P devices (enumerate_strategies), narrowed to a baseline's search space."""
+                     recompute=(False, True), sequence_parallel: bool = True, tp=None,
+                     experts: int = 0) -> list[Strategy]:
+    """The strategies of a stage of N/P devices (enumerate_strategies), narrowed to a baseline's search space;
+    `experts` > 0 adds the expert layouts (a baseline that has expert parallelism, as Megatron-LM)."""
     out = []
-    for s in enumerate_strategies(cluster.devices // stages, max_tp=max_tp, sequence_parallel=sequence_parallel):
+    for s in enumerate_strategies(cluster.devices // stages, max_tp=max_tp, sequence_parallel=sequence_parallel,
+                                  experts=experts):
         if s.recompute not in recompute or (tp is not None and s.tp not in tp):
             continue
         if s.dp > 1 and s.zero not in zero:

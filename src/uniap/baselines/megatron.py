@@ -85,9 +85,10 @@ def search_uniform(method: str, model: ModelSpec, cluster: ClusterSpec, workload
 
 def megatron_grid(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, schedule: str = "1f1b",
                   max_tp: int | None = None) -> BaselineResult:
-    """The best uniform tp × pp × dp × ZeRO × micro-batch size × recompute configuration."""
+    """The best uniform tp × pp × dp × ZeRO × micro-batch size × recompute configuration (× ep for an MoE model,
+    its expert layout on the MoE blocks, as Megatron-LM's --expert-model-parallel-size)."""
     return search_uniform("megatron-grid", model, cluster, workload, schedule,
-                          lambda p: stage_strategies(cluster, p, max_tp))
+                          lambda p: stage_strategies(cluster, p, max_tp, experts=model.config.experts))
 
 
 def data_parallel(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, schedule: str = "1f1b",
