@@ -49,3 +49,20 @@ def test_plan_searches_ep_and_recosts_the_same(cli, cli_json, tmp_path):
     cli("report", str(out), "--out", str(html))
     eps = {s["ep"] for s in moe if s.get("ep", 1) > 1}
     assert all(f"ep{ep}" in html.read_text() for ep in eps)  # the strategy map names the expert layout
+
+
+def test_engine_search_and_export_carry_the_expert_layout(cli, cli_json, tmp_path):
+    """`plan --engine megatron` on Mixtral keeps to Megatron's expert layouts, and its export sets them."""
+    out = tmp_path / "mixtral.json"
+    plan = cli_json("plan", "--model", MIXTRAL, "--cluster", "h100-80g:2x8", "--global-batch", "64", "--seq-len",
+                    "4096", "--engine", "megatron", "--out", str(out))
+    moe = {json.dumps(layer["strategy"], sort_keys=True) for layer in plan["layers"]
+           if layer["name"].startswith("block.")}
+    assert len(moe) == 1  # one expert layout for every MoE block, as Megatron's flags set it
+    strategy = json.loads(moe.pop())
+    assert strategy["tp"] == 1 or strategy["sp"]  # MoE with tp needs sequence parallelism there
+    flags = cli("export", str(out), "--to", "megatron").stdout
+    assert "--num-experts 8" in flags and "--moe-router-topk 2" in flags
+    assert f"--expert-model-parallel-size {strategy.get('ep', 1)}" in flags
+    proc = cli("export", str(out), "--to", "deepspeed", check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr and proc.stderr.strip().count("\n") == 0

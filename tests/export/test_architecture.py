@@ -116,11 +116,11 @@ def test_megatron_maps_head_qk_norm_and_partial_rotary():
 
 def test_families_are_the_engines_own(tmp_path):
     qwen3 = plan_of(config_file(tmp_path, "qwen3", **{**TINY_LLAMA, "model_type": "qwen3", "head_dim": 32}))
-    refused(qwen3, "megatron", "it has no qwen3 model here (families gpt2, llama)")
+    refused(qwen3, "megatron", "it has no qwen3 model here (families gpt2, llama, mixtral, deepseek_v3)")
     assert "[model]\nname = \"qwen3\"" in export_plan(qwen3, "torchtitan")  # 0.2.2 and 0.3.0 ship models/qwen3
     mistral = plan_of(config_file(tmp_path, "mistral", **{**TINY_LLAMA, "model_type": "mistral",
                                                            "num_key_value_heads": 4}))
-    refused(mistral, "torchtitan", "it has no mistral model here (families llama, qwen3)")
+    refused(mistral, "torchtitan", "it has no mistral model here (families llama, qwen3, qwen3_moe)")
     for plan in (qwen3, mistral):  # DeepSpeed trains the user's own model code, whatever its family
         assert json.loads(export_plan(plan, "deepspeed"))["zero_optimization"] == {"stage": 0}
 

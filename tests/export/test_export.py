@@ -115,7 +115,7 @@ def test_export_refuses_other_models_and_rank_orders():
 
     bert = estimate_uniform(load_model("bert-large"), load_cluster("a100-80g:1x8"), Workload(32, 512), zero=3)
     with pytest.raises(UniapError, match=r"^megatron cannot run this plan: it has no bert model here \(families gpt2, "
-                                         r"llama\)$"):
+                                         r"llama, mixtral, deepseek_v3\)$"):
         export_plan(bert, "megatron")
     t5 = estimate_uniform(load_model("t5-large"), load_cluster("a100-80g:1x8"), Workload(32, 512), zero=3)
     with pytest.raises(UniapError, match="^export handles chains of embedding, blocks and head; t5-large is not one$"):

@@ -88,7 +88,12 @@ def expert_layout_why_not(s: Strategy) -> str | None:
     return None
 
 
-RULES = EngineRules(name="megatron", families=("gpt2", "llama"), precisions=("bf16", "fp16", "fp32"),
+MOE_FAMILIES = ("mixtral", "deepseek_v3")
+"""Hugging Face MoE families whose blocks Megatron-LM's GPT model builds from the flags `model_flags` writes: Mixtral
+is a llama whose MLPs are experts, DeepSeek-V3 adds the MLA flags. (Qwen's MoE families stay out with their dense
+families.) `architecture_why_not` still refuses what a given config needs beyond them."""
+
+RULES = EngineRules(name="megatron", families=("gpt2", "llama") + MOE_FAMILIES, precisions=("bf16", "fp16", "fp32"),
                     zero_stages=(0, 1), pipeline_zero_stages=(0, 1), tensor_parallel=True,
                     sequence_parallel_always=False, replicate_alone=False,
                     pipeline_schedules=("1f1b", "interleaved-1f1b"), split=FIRST_LAST,

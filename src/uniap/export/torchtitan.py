@@ -62,7 +62,8 @@ class TitanModel:
 
 
 MODELS = {"llama": TitanModel("llama3", "", ties=False, separate_head_dim=False, experts=False),
-          "qwen3": TitanModel("qwen3", "head", ties=True, separate_head_dim=True, experts=True)}
+          "qwen3": TitanModel("qwen3", "head", ties=True, separate_head_dim=True, experts=True),
+          "qwen3_moe": TitanModel("qwen3", "head", ties=True, separate_head_dim=True, experts=True)}
 """Our families torchtitan has (0.2.2 and 0.3.0 `models/llama3`, `models/qwen3`: bias-free Linears, RMSNorm,
 SwiGLU, full RoPE, no dropout)."""
 
