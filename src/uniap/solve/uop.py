@@ -142,19 +142,23 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
 PARALLEL_BOUNDS = 256
 """Candidates from which their programs are built and bounded in worker processes (each builds a share of them)
 rather than here: DeepSeek-V3 on 2,048 H800 has 1,044, whose pricing alone took 28 s in one process."""
+PARALLEL_BOUNDS_S = 10.0
+"""Least time left to the search's deadline for that: spawning the workers and their imports take 1.5–2.5 s here,
+which a short `--time-limit` cannot spare (GPT 1T with --time-limit 0.5 took 3 s with them)."""
 
 
 def _bounds(candidates: Sequence[Hashable], build, tier, workers: int, deadline: float | None):
     """(index, (status, tier, lower bound, uniform plan) or None when left unbuilt by the deadline) of every
     candidate, in order: status "bounded", "impossible" (build gave None) or "infeasible" (bound inf). In worker
     processes when there are many candidates and `build` and `tier` can be sent to them."""
-    if workers > 1 and len(candidates) >= PARALLEL_BOUNDS and _picklable(build, tier):
+    left = _left(deadline)
+    if workers > 1 and len(candidates) >= PARALLEL_BOUNDS and (left is None or left >= PARALLEL_BOUNDS_S) \
+            and _picklable(build, tier):
         # Contiguous blocks, dealt out in turn: a builder that caches what consecutive candidates share (the
         # planner prices a (P, c) once for all of its v's) keeps most of that, and the shares stay even.
         size = max(1, len(candidates) // (8 * workers))
         blocks = [list(range(lo, min(lo + size, len(candidates)))) for lo in range(0, len(candidates), size)]
         shares = [[i for block in blocks[w::workers] for i in block] for w in range(workers)]
-        left = _left(deadline)
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=backends.limit_threads,
                                  initargs=(1,)) as pool:
@@ -163,7 +167,7 @@ def _bounds(candidates: Sequence[Hashable], build, tier, workers: int, deadline:
             found = dict(pair for part in parts for pair in part.result())
         yield from sorted(found.items())
         return
-    yield from _bound_share(list(enumerate(candidates)), build, tier, _left(deadline))
+    yield from _bound_share(list(enumerate(candidates)), build, tier, left)
 
 
 def _bound_share(items: list, build, tier, left: float | None) -> list:
