@@ -82,8 +82,13 @@ def test_trials_cut_short_are_solved_again(monkeypatch):
 
 
 def test_bounds_built_in_workers_agree(monkeypatch):
-    """Many candidates are built and bounded in worker processes, each a share: the same records as here."""
-    monkeypatch.setattr(uop, "PARALLEL_BOUNDS", 2)
+    """Candidates whose building would take long are built and bounded in worker processes, a share each: the same
+    records as here."""
+    monkeypatch.setattr(uop, "PARALLEL_BOUNDS_S", 0.0)
+    monkeypatch.setattr(uop, "SERIAL_BUDGET_S", 0.0)
+    spawned = []
+    executor = uop.ProcessPoolExecutor
+    monkeypatch.setattr(uop, "ProcessPoolExecutor", lambda *a, **k: spawned.append(1) or executor(*a, **k))
     serial = search(CANDIDATES, build, workers=1)
     parallel = search(CANDIDATES, build, workers=2)
     assert parallel.best == serial.best and parallel.optimal
@@ -91,6 +96,7 @@ def test_bounds_built_in_workers_agree(monkeypatch):
     assert [(r.candidate, r.lower_bound) for r in parallel.records] == \
         [(r.candidate, r.lower_bound) for r in serial.records]
     assert [r.status for r in parallel.records if r.status == "impossible"] == ["impossible"]
+    assert spawned  # the bounds (at least) were built in workers
 
 
 def test_nothing_feasible():

@@ -139,42 +139,55 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
     return state.result(ordered, time.perf_counter() - started)
 
 
-PARALLEL_BOUNDS = 256
-"""Candidates from which their programs are built and bounded in worker processes (each builds a share of them)
-rather than here: DeepSeek-V3 on 2,048 H800 has 1,044, whose pricing alone took 28 s in one process."""
-PARALLEL_BOUNDS_S = 10.0
-"""Least time left to the search's deadline for that: spawning the workers and their imports take 1.5–2.5 s here,
-which a short `--time-limit` cannot spare (GPT 1T with --time-limit 0.5 took 3 s with them)."""
+PARALLEL_BOUNDS_S = 4.0
+"""Seconds of building and bounding still to do (at the rate of the first second) from which the rest is handed
+to worker processes, a share each: DeepSeek-V3 on 2,048 H800 has 1,044 candidates whose pricing alone took 28 s in
+one process. Spawning the workers and their imports take 1.5–2.5 s here, so a search with less to do, or with less
+time left before its deadline than that, bounds them all here."""
 
 
 def _bounds(candidates: Sequence[Hashable], build, tier, workers: int, deadline: float | None):
     """(index, (status, tier, lower bound, uniform plan) or None when left unbuilt by the deadline) of every
-    candidate, in order: status "bounded", "impossible" (build gave None) or "infeasible" (bound inf). In worker
-    processes when there are many candidates and `build` and `tier` can be sent to them."""
+    candidate, in order: status "bounded", "impossible" (build gave None) or "infeasible" (bound inf). Here for
+    SERIAL_BUDGET_S, then in worker processes if what is left would take PARALLEL_BOUNDS_S more and `build` and
+    `tier` can be sent to them."""
+    started = time.perf_counter()
+    items = list(enumerate(candidates))
+    done: list = []
+    while workers > 1 and items and time.perf_counter() - started < SERIAL_BUDGET_S:
+        done += _bound_share(items[:1], build, tier, _left(deadline), _best_uniform(done))
+        items = items[1:]
+    rate = (time.perf_counter() - started) / max(len(done), 1)
     left = _left(deadline)
-    if workers > 1 and len(candidates) >= PARALLEL_BOUNDS and (left is None or left >= PARALLEL_BOUNDS_S) \
+    if items and rate * len(items) >= PARALLEL_BOUNDS_S and (left is None or left >= PARALLEL_BOUNDS_S) \
             and _picklable(build, tier):
         # Contiguous blocks, dealt out in turn: a builder that caches what consecutive candidates share (the
         # planner prices a (P, c) once for all of its v's) keeps most of that, and the shares stay even.
-        size = max(1, len(candidates) // (8 * workers))
-        blocks = [list(range(lo, min(lo + size, len(candidates)))) for lo in range(0, len(candidates), size)]
-        shares = [[i for block in blocks[w::workers] for i in block] for w in range(workers)]
+        size = max(1, len(items) // (8 * workers))
+        blocks = [items[lo:lo + size] for lo in range(0, len(items), size)]
+        shares = [[item for block in blocks[w::workers] for item in block] for w in range(workers)]
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=backends.limit_threads,
                                  initargs=(1,)) as pool:
-            parts = [pool.submit(_bound_share, [(i, candidates[i]) for i in share], build, tier, left)
-                     for share in shares]
-            found = dict(pair for part in parts for pair in part.result())
-        yield from sorted(found.items())
-        return
-    yield from _bound_share(list(enumerate(candidates)), build, tier, left)
+            parts = [pool.submit(_bound_share, share, build, tier, left, _best_uniform(done)) for share in shares]
+            done += [pair for part in parts for pair in part.result()]
+    else:
+        done += _bound_share(items, build, tier, left, _best_uniform(done))
+    yield from sorted(done, key=lambda pair: pair[0])
 
 
-def _bound_share(items: list, build, tier, left: float | None) -> list:
-    """`_bounds` of some candidates, in one process; `left` seconds until the search's deadline. A candidate
-    whose bound cannot beat the best uniform plan found so far needs no uniform plan of its own."""
+def _best_uniform(done: list) -> float:
+    """The best uniform plan's TPI among bounded candidates (inf when none)."""
+    return min((found[3].objective for _, found in done if found is not None and found[3] is not None),
+               default=math.inf)
+
+
+def _bound_share(items: list, build, tier, left: float | None, best: float = math.inf) -> list:
+    """`_bounds` of some (index, candidate) items, in one process; `left` seconds until the search's deadline. A
+    candidate whose bound cannot beat the best uniform plan found so far (`best` to begin with) needs no uniform
+    plan of its own."""
     deadline = None if left is None else time.perf_counter() + left
-    out, best = [], math.inf
+    out = []
     for index, candidate in items:
         if deadline is not None and best < math.inf and time.perf_counter() >= deadline:
             out.append((index, None))
