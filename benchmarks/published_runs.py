@@ -365,13 +365,13 @@ def main() -> int:
         results = errors([r for r in rows if r.split == split], overrides)
         worst = max(worst, print_table(f"{split} rows" + (" (fitted on these)" if split == "calibration" else
                                                          " (never fitted on)"), results))
+    print_moe(rows)  # before the dense summary, which stays the last lines (what the gate reads)
     skipped = [(r, r.skip_reason()) for r in rows if not r.is_moe and r.skip_reason()]
-    print(f"\nnot costed ({len(skipped)} dense rows; MoE rows below):")
+    print(f"\nnot costed ({len(skipped)} dense rows; MoE rows above):")
     for reason in sorted({why for _, why in skipped}):
         ids = [r.id for r, why in skipped if why == reason]
         print(f"  {reason}: {', '.join(ids)}")
     print(f"\nlargest |error| over both splits: {worst * 100:.1f}% (target ≤ {args.tolerance * 100:.0f}%)")
-    print_moe(rows)
     return 0 if worst <= args.tolerance else 1
 
 
