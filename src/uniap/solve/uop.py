@@ -57,7 +57,8 @@ PHASES = ("bound", "relaxation", "chunks")
 """The steps of an interleaved candidate's solve, each after the candidates whose bounds are lower have been
 settled (solve.milp.solve_outcome; a plain candidate is solved whole in the first)."""
 SERIAL_BUDGET_S = 1.0
-"""Seconds of solving done in this process before worker processes may be started for the rest."""
+"""Seconds of bounding, and then of solving, done in this process before worker processes may be started for the
+rest."""
 WORKER_START_S = 0.5
 """What starting the worker pool costs here (spawned processes importing numpy and HiGHS)."""
 TRIAL_S = 2.0
@@ -75,9 +76,9 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
 
     `time_limit` bounds the whole search (seconds): each solve gets what is left, candidates not started by then
     are recorded as "timeout". `workers` > 1 solves in that many processes (default min(cpu count, 2)).
-    `progress(done, total, best_objective)` is called after each candidate is settled. `build` runs in this
-    process, once to bound a candidate and again to solve it (programs are megabytes each: they are rebuilt
-    rather than all held at once), so it should be deterministic. Candidates are solved in order of
+    `progress(done, total, best_objective)` is called after each candidate is settled. `build` runs once to bound
+    a candidate and again to solve it (programs are megabytes each: they are rebuilt rather than all held at
+    once), here or, when it can be pickled, in the worker processes, so it should be deterministic. Candidates are solved in order of
     (`tier(program)`, lower bound): a lower tier first, so candidates whose bound is weak but whose MILP is hard
     (interleaved pipelines: v chunks per device group) start with the incumbent the easier ones found.
     """
@@ -146,7 +147,7 @@ one process. Spawning the workers and their imports take 1.5–2.5 s here, so a 
 time left before its deadline than that, bounds them all here."""
 
 
-def _bounds(candidates: Sequence[Hashable], build, tier, workers: int, deadline: float | None):
+def _bounds(candidates: Sequence[Hashable], build, tier, workers: int, deadline: float | None) -> list:
     """(index, (status, tier, lower bound, uniform plan) or None when left unbuilt by the deadline) of every
     candidate, in order: status "bounded", "impossible" (build gave None) or "infeasible" (bound inf). Here for
     SERIAL_BUDGET_S, then in worker processes if what is left would take PARALLEL_BOUNDS_S more and `build` and
@@ -173,7 +174,7 @@ def _bounds(candidates: Sequence[Hashable], build, tier, workers: int, deadline:
             done += [pair for part in parts for pair in part.result()]
     else:
         done += _bound_share(items, build, tier, left, _best_uniform(done))
-    yield from sorted(done, key=lambda pair: pair[0])
+    return sorted(done, key=lambda pair: pair[0])
 
 
 def _best_uniform(done: list) -> float:
