@@ -66,3 +66,14 @@ def test_engine_search_and_export_carry_the_expert_layout(cli, cli_json, tmp_pat
     assert f"--expert-model-parallel-size {strategy.get('ep', 1)}" in flags
     proc = cli("export", str(out), "--to", "deepspeed", check=False)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr and proc.stderr.strip().count("\n") == 0
+
+
+def test_torchtitan_builds_qwen3_moe_from_its_own_flavor(cli, cli_json, tmp_path):
+    """The qwen3_moe config.json is torchtitan's qwen3 30B-A3B flavor; the plan's ep becomes expert_parallel_degree."""
+    qwen = str(Path(__file__).resolve().parents[1] / "data" / "hf" / "qwen3-30b-a3b" / "config.json")
+    out = tmp_path / "qwen.json"
+    plan = cli_json("plan", "--model", qwen, "--cluster", "h100-80g:2x8", "--global-batch", "64", "--seq-len", "4096",
+                    "--engine", "torchtitan", "--out", str(out))
+    ep = max(layer["strategy"].get("ep", 1) for layer in plan["layers"])
+    toml = cli("export", str(out), "--to", "torchtitan").stdout
+    assert 'flavor = "30B-A3B"' in toml and f"expert_parallel_degree = {ep}" in toml

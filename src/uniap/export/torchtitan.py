@@ -162,7 +162,8 @@ class Flavor:
     def fits(self, config: ModelConfig) -> bool:
         dense_ffn = config.ffn if len(moe_blocks(config)) < config.layers else 0
         experts = (config.experts, config.experts_per_token, config.routed_ffn) if config.is_moe else (0, 0, 0)
-        return config.family == self.family and self.experts == experts and self.figures == (
+        same_model = config.family in MODELS and MODELS[config.family].name == MODELS[self.family].name
+        return same_model and self.experts == experts and self.figures == (
             config.layers, config.hidden, config.heads, config.n_kv_heads, dense_ffn, config.vocab, config.head_dim,
             config.tied_embeddings)
 
