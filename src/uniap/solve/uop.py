@@ -304,13 +304,19 @@ def _solve_in_worker(work, tried: bool, solver: str, left: float | None, cutoff:
     """Solve one candidate (`work`: the candidate, built here, or its program) in a worker: (outcome, whether it
     was a trial, `_State.trial`'s rule)."""
     program = _WORKER_BUILD(work) if _WORKER_BUILD is not None else work
-    trial = program.virtual_stages == 1 and not tried
+    trial = _is_trial(program, tried)
     return solve_outcome(program, solver=solver, time_limit=_time_limit(left, trial), cutoff=cutoff,
                          phase=phase), trial
 
 
 def _left(deadline: float | None) -> float | None:
     return None if deadline is None else max(deadline - time.perf_counter(), 0.0)
+
+
+def _is_trial(program: StageProgram, tried: bool) -> bool:
+    """Whether a solve is a plain candidate's first (`tried`: one ran already), cut short at TRIAL_S
+    (interleaved candidates are solved in PHASES instead)."""
+    return program.virtual_stages == 1 and not tried
 
 
 def _time_limit(left: float | None, trial: bool) -> float | None:
@@ -361,9 +367,7 @@ class _State:
         return PHASES[min(self.deferrals.get(index, 0), len(PHASES) - 1)]
 
     def trial(self, index: int, program: StageProgram) -> bool:
-        """Whether this solve is a plain candidate's first, cut short at TRIAL_S (interleaved candidates are
-        solved in PHASES instead)."""
-        return program.virtual_stages == 1 and index not in self.tried
+        return _is_trial(program, index in self.tried)
 
     def retry(self, queue: list, entry: tuple[int, float, int], outcome: Outcome, seconds: float, trial: bool,
               deadline: float | None) -> bool:
