@@ -25,7 +25,7 @@ out = Console()
 PROFILE = typer.Option(None, "--profile", help="Cost with the figures `uniap profile` measured (default: analytic).")
 
 
-Recompute = choices("Recompute", ("none", "full"))
+Recompute = choices("Recompute", ("none", "selective", "full"))
 
 
 def _workload(model_name: str, cluster_text: str, global_batch: int, seq_len: Optional[int],
@@ -180,7 +180,7 @@ def estimate(
                                          attention)
         result = estimate_uniform(spec, clus, workload, tp=tp, pp=pp, dp=dp, zero=zero,
                                   micro_batch_size=micro_batch_size, micro_batches=micro_batches,
-                                  recompute=recompute is Recompute.full, sequence_parallel=sequence_parallel,
+                                  recompute=recompute.value, sequence_parallel=sequence_parallel,
                                   schedule=schedule.value, virtual_stages=virtual_stages, ep=ep, etp=etp)
     if fmt is Fmt.json:
         emit_json(result.to_json())

@@ -81,7 +81,7 @@ def engine_rows(layers: list[LayerSpec], strategies: list[Strategy], allowed: np
         if rules.strategy_why_not(s, pp, experts):
             continue
         dense = replace(s, ep=1, etp=1)
-        parts = {"moe": s, "block": dense, "edge": replace(dense, recompute=False)}
+        parts = {"moe": s, "block": dense, "edge": replace(dense, recompute="none")}
         if any(parts[kind] not in index for kind in kinds):
             continue
         row = np.array([index[parts[kind]] for kind in kinds])

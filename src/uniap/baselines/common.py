@@ -23,7 +23,7 @@ from uniap.solve.program import StageProgram, evaluate, lower_bound
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import ModelSpec
 from uniap.spec.workload import Workload, check_schedule
-from uniap.strategies import Strategy, divisors, enumerate_strategies
+from uniap.strategies import RECOMPUTE_LEVELS, Strategy, divisors, enumerate_strategies
 
 
 @dataclass
@@ -82,7 +82,7 @@ def micro_batch_counts(workload: Workload) -> list[int]:
 
 
 def stage_strategies(cluster: ClusterSpec, stages: int, max_tp: int | None = None, *, zero=(0, 1, 2, 3),
-                     recompute=(False, True), sequence_parallel: bool = True, tp=None,
+                     recompute=RECOMPUTE_LEVELS, sequence_parallel: bool = True, tp=None,
                      experts: int = 0) -> list[Strategy]:
     """The strategies of a stage of N/P devices (enumerate_strategies), narrowed to a baseline's search space;
     `experts` > 0 adds the expert layouts (a baseline that has expert parallelism, as Megatron-LM)."""

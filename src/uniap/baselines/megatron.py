@@ -55,8 +55,8 @@ def describe(s: Strategy, stages: int, micro_batches: int, global_batch: int) ->
     parts += [f"mbs{micro // s.dp}", f"c{micro_batches}"]
     if s.ep > 1 or s.etp > 1:
         parts.append(f"ep{s.ep}" + (f"·etp{s.etp}" if s.etp > 1 else ""))
-    if s.recompute:
-        parts.append("recompute")
+    if s.recompute != "none":
+        parts.append("recompute" if s.full else "selective recompute")
     return " ".join(parts)
 
 

@@ -10,7 +10,7 @@ import typer
 
 from uniap.errors import UniapError
 from uniap.spec.engine import ATTENTIONS, KERNELS
-from uniap.spec.workload import PRECISIONS, SCHEDULES
+from uniap.spec.workload import DEFAULT_PRECISIONS, PRECISIONS, SCHEDULES
 
 
 def choices(name: str, values) -> type[Enum]:
@@ -44,27 +44,32 @@ def with_engine(cluster, kernels: "Kernels | None", attention: "AttentionKernel 
     return replace(cluster, engine=engine)
 
 
-def resolve_precision(precision: "Precision | None", cluster, among: tuple[str, ...] = PRECISIONS,
+def resolve_precision(precision: "Precision | None", cluster, among: tuple[str, ...] = DEFAULT_PRECISIONS,
                       engine: str = "") -> str:
     """The flag's precision, or the one of `among` (an engine's precisions) the cluster's device computes fastest:
     the highest dense peak, bf16 before fp16 before fp32 on a tie (A100/H100: bf16; V100: fp16, or fp32 for an
-    engine without fp16; TITAN Xp, whose fp16 runs at 1/64: fp32). Refused when the device has none of them."""
+    engine without fp16; TITAN Xp, whose fp16 runs at 1/64: fp32); fp8 only when asked for. Refused when the device
+    has none of them, and fp8 on a device without fp8 GEMMs."""
     if precision is not None:
-        return Precision(precision).value
+        chosen = Precision(precision).value
+        if chosen == "fp8" and cluster.device.peak_flops.get("fp8", 0.0) <= 0:
+            raise UniapError(f"{cluster.device.name} has no fp8 GEMMs: fp8 needs an H100-class device "
+                             f"(h100-80g, h100-96g, h800-80g); choose bf16, fp16 or fp32")
+        return chosen
     peaks = cluster.device.peak_flops
-    usable = [p for p in PRECISIONS if p in among and peaks.get(p, 0.0) > 0]
+    usable = [p for p in DEFAULT_PRECISIONS if p in among and peaks.get(p, 0.0) > 0]
     if not usable:
         raise UniapError(f"{cluster.device.name} computes in none of the precisions {', '.join(among)}"
                          + (f" ({engine}'s)" if engine else ""))
-    return max(usable, key=lambda p: (peaks[p], PRECISIONS.index(p)))  # a tie prefers the later (16-bit)
+    return max(usable, key=lambda p: (peaks[p], DEFAULT_PRECISIONS.index(p)))  # a tie prefers the later (16-bit)
 
 
 MODEL = typer.Option(..., "--model", "-m", help="Zoo name (see `uniap models`) or a Hugging Face config.json.")
 CLUSTER = typer.Option(..., "--cluster", "-c", help="PRESET:NODESxDEVICES (see `uniap clusters`) or a YAML file.")
 BATCH = typer.Option(..., "--global-batch", "-b", help="Samples per iteration.")
 SEQ = typer.Option(None, "--seq-len", "-s", help="Sequence length (default: the model's).")
-PREC = typer.Option(None, "--precision", help="fp32, or mixed precision fp16/bf16 (default: the device's fastest: "
-                    "bf16, else fp16, else fp32).")
+PREC = typer.Option(None, "--precision", help="fp32, mixed precision fp16/bf16, or fp8 GEMMs on H100-class devices "
+                    "(default: the device's fastest of bf16, fp16, fp32).")
 SCHED = typer.Option(Schedule["1f1b"], "--schedule", help="Pipeline schedule.")
 FMT = typer.Option(Fmt.table, "--format", "-f", help="table for people, json for programs.")
 SOLVER = typer.Option("highs", "--solver", help="MILP back-end: highs (default), scip, gurobi.")

@@ -68,7 +68,7 @@ def activation_bytes_per_sample(layer: LayerSpec, s: Strategy, precision: str, f
     """
     scale = 2.0 if precision == "fp32" else 1.0
     sp_div = s.tp if s.sp else 1
-    if s.recompute:
+    if s.full:
         return scale * layer.act_input / sp_div
     scores = 0.0 if flash_attention else layer.act_scores / s.tp
     routed = (layer.act_routed * s.etp + layer.act_routed_etp) * imbalance / s.tp

@@ -113,7 +113,7 @@ def disallowed(layer: LayerSpec, s: Strategy, micro_batch: int) -> str | None:
             return f"tp {s.tp} does not divide {size} ({layer.name}: heads, FFN or vocabulary)"
     if s.sp and layer.tokens % s.tp:
         return f"sequence parallel tp {s.tp} does not divide the {layer.tokens} tokens of {layer.name}"
-    if s.recompute and layer.kind in NOT_RECOMPUTABLE:
+    if s.recompute != "none" and layer.kind in NOT_RECOMPUTABLE:
         return f"{layer.name} ({layer.kind}) is not recomputed"
     return None
 
@@ -136,7 +136,7 @@ def layer_cost(layer: LayerSpec, s: Strategy, micro_batch: int, cluster: Cluster
     imbalance = workload.expert_imbalance if layer.experts else 1.0
     if compute is None:
         compute = layer_compute(layer, s, micro_batch, cluster, workload)
-    passes = 3.0 if s.recompute else 2.0  # forward, backward, and the recomputed forward
+    passes = 3.0 if s.full else 2.0  # forward, backward, and the recomputed forward
 
     # Tensor parallelism: the forward's all-reduces (reduce-scatter + all-gather with sp: same volume),
     # the same again in backward, and once more when the forward is recomputed. Not overlapped.
@@ -158,7 +158,7 @@ def layer_cost(layer: LayerSpec, s: Strategy, micro_batch: int, cluster: Cluster
              + expert_params_per_device(layer, s) / (s.edp if s.zero >= 1 else 1))
     # Once per iteration: DDP's all-reduce hides behind the last micro-batch's backward; ZeRO-1/2's
     # reduce-scatter behind the backward and their parameter all-gather behind the next forward.
-    window = compute * (backward_share(s.recompute) if s.zero == 0 else 1.0)
+    window = compute * (backward_share(s.full) if s.zero == 0 else 1.0)
     exposed_sync = overlapped(window, sync, device.overlap_slowdown) - window if sync else 0.0
     once = exposed_sync + optimizer_time(device, shard)
 
@@ -173,7 +173,7 @@ def layer_compute(layer: LayerSpec, s: Strategy, micro_batch: int, cluster: Clus
     """Forward + backward (+ recomputed forward) seconds of one layer call under s, on one device (cost.compute)."""
     imbalance = workload.expert_imbalance if layer.experts else 1.0
     return layer_time(cluster.device, cluster.engine, cluster.peak(workload.precision), layer, micro_batch / s.dp,
-                      s.tp, s.sp, s.recompute, act_scale=workload.act_bytes / 2, experts=(s.ep, s.etp, imbalance))
+                      s.tp, s.sp, s.full, act_scale=workload.act_bytes / 2, experts=(s.ep, s.etp, imbalance))
 
 
 def _data_parallel(grad_bytes: float, replicas: int, zero: int, link: Link) -> tuple[float, float]:

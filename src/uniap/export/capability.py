@@ -117,7 +117,7 @@ def job_of(plan: Plan) -> EngineJob:
                 raise UniapError(f"{runs} but the MoE blocks run {shared.label()}: engines give a dense block that "
                                  f"strategy without expert parallelism ({dense.label()})")
             raise UniapError(f"{runs} but block.0 runs {shared.label()}: engines run one strategy over all blocks")
-    edge = replace(dense, recompute=False)
+    edge = replace(dense, recompute="none")
     for layer in (plan.layers[0], plan.layers[-1]):
         if layer.strategy != edge:
             raise UniapError(f"layer {layer.index} ({layer.name}) runs {layer.strategy.label()} but the blocks run "

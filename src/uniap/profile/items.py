@@ -38,7 +38,7 @@ def runnable(config: ModelConfig, kind: str, s: Strategy) -> bool:
         sizes = (config.vocab,) if kind in ("embedding", "head") else (config.heads, config.n_kv_heads, config.ffn)
         if any(size % s.tp for size in sizes):
             return False
-    return not (s.recompute and kind in ("embedding", "head"))
+    return not (s.recompute != "none" and kind in ("embedding", "head"))
 
 
 def measured_strategies(d: int, kind: str, config: ModelConfig, max_tp: int | None = None) -> list[Strategy]:

@@ -72,7 +72,7 @@ def apply_strategy(layer: nn.Module, strategy: Strategy, mesh: DeviceMesh | None
         apply_tensor_parallel(layer, mesh["tp"], sp=strategy.sp)
     if strategy.ep > 1:
         apply_expert_parallel(layer, expert_mesh)
-    layer.recompute = bool(strategy.recompute)
+    layer.recompute = strategy.full
     if strategy.dp > 1 or precision.mixed:
         apply_data_parallel(layer, mesh["dp"], strategy.zero, precision.policy, backward_follows=backward_follows,
                             apart=expert_parameters(layer) if strategy.ep > 1 else frozenset())

@@ -36,11 +36,12 @@ class DeviceType:
 
     name: str
     memory_bytes: float  # capacity as the driver reports it (nvidia-smi's MiB)
-    peak_flops: dict[str, float]  # dense, per precision: fp32 | fp16 | bf16
+    peak_flops: dict[str, float]  # dense, per precision: fp32 | fp16 | bf16 | fp8 (fp8: the GEMMs' peak)
     memory_bandwidth: float  # bytes/s, datasheet HBM bandwidth
     intra: Link  # inside a node
     inter: Link  # across nodes, per device
     gemm_efficiency: float = 0.80  # fraction of dense peak a large, well-shaped GEMM sustains
+    fp8_gemm_efficiency: float = 0.0  # the same for an fp8 GEMM, of the fp8 peak (0: no fp8 GEMMs)
     sm_count: int = 0  # streaming multiprocessors that GEMM tiles are spread over in waves (0: no wave model)
     gemm_half_k: float = 0.0  # inner dimension k at which operand loads halve a GEMM's efficiency
     attention_efficiency: tuple[float, float] = (0.5, 0.4)  # flash attention fwd, bwd (eager SDPA): fraction of peak
@@ -97,7 +98,8 @@ class ClusterSpec:
 # --fit on the calibration half of benchmarks/data/published_runs.yaml; "estimate" = our reasoning, no source):
 # memory   nvidia-smi's reported total: A100-SXM4-80GB 81,920 MiB, A100-SXM4-40GB 40,960 MiB, H100-SXM5-80GB
 #          81,559 MiB, V100-SXM2-32GB 32,768 MiB (32 GiB HBM2), TITAN Xp 12,196 MiB.
-# peak     datasheets, dense: A100 312 TFLOP/s bf16/fp16 tensor core, 19.5 fp32; H100 SXM 989 bf16/fp16, 67 fp32;
+# peak     datasheets, dense: A100 312 TFLOP/s bf16/fp16 tensor core, 19.5 fp32, no fp8; H100 SXM 989 bf16/fp16,
+#          1,979 fp8, 67 fp32 (H800 the same); H100 NVL 1,670 fp8 (3,341 with sparsity);
 #          V100 125 fp16 tensor, 15.7 fp32, no bf16; TITAN Xp 12.1 fp32, fp16 at 1/64 rate (GP102), no bf16.
 # HBM      datasheets: A100 80 GB 2,039 GB/s, 40 GB 1,555 GB/s; H100 SXM 3.35 TB/s; V100 900 GB/s; TITAN Xp 547.6 GB/s.
 # SMs      whitepapers: A100 108, H100 SXM5 132, V100 80, TITAN Xp 30.
@@ -145,8 +147,12 @@ _STANDARD = Engine(kernels="eager", attention="standard")
 # Fitted constants (benchmarks/published_runs.py --fit, calibration half only); see the table above.
 A100_GEMM_EFFICIENCY = 0.70  # also used for V100 and TITAN Xp: no training data of theirs to fit on (a guess)
 H100_GEMM_EFFICIENCY = 0.575
+# fp8 GEMMs (fraction of the fp8 peak): a placeholder until fitted on the fp8 calibration rows (a guess: half the
+# bf16 GEMM's time at the same efficiency would be 0.575).
+H100_FP8_GEMM_EFFICIENCY = 0.45
 OVERLAP_SLOWDOWN = 0.20
 
+_H100_PEAK = {"fp32": 67e12, "fp16": 989e12, "bf16": 989e12, "fp8": 1979e12}
 _GPU = dict(gemm_half_k=64.0, memory_efficiency=0.85, kernel_gap_s=3e-6, overlap_slowdown=OVERLAP_SLOWDOWN)
 
 DEVICE_TYPES: dict[str, DeviceType] = {
@@ -156,15 +162,19 @@ DEVICE_TYPES: dict[str, DeviceType] = {
     "a100-80g": DeviceType("A100-SXM4-80GB", 81920 * MiB, _A100_PEAK, 2.039e12, _A100_INTRA, _A100_INTER,
                            gemm_efficiency=A100_GEMM_EFFICIENCY, sm_count=108, attention_efficiency=(0.65, 0.5),
                            fused_attention_efficiency=(0.65, 0.5), **_GPU),
-    "h100-80g": DeviceType("H100-SXM5-80GB", 81559 * MiB, {"fp32": 67e12, "fp16": 989e12, "bf16": 989e12}, 3.35e12,
-                           Link(3.4e-6, 400e9), Link(9.6e-6, 45e9), gemm_efficiency=H100_GEMM_EFFICIENCY, sm_count=132,
+    "h100-80g": DeviceType("H100-SXM5-80GB", 81559 * MiB, _H100_PEAK, 3.35e12,
+                           Link(3.4e-6, 400e9), Link(9.6e-6, 45e9), gemm_efficiency=H100_GEMM_EFFICIENCY,
+                           fp8_gemm_efficiency=H100_FP8_GEMM_EFFICIENCY, sm_count=132,
                            attention_efficiency=(0.35, 0.3), fused_attention_efficiency=(0.6, 0.45), **_GPU),
-    "h100-96g": DeviceType("H100-96GB-HBM2e-500W", 96e9, {"fp32": 67e12 * 835 / 989, "fp16": 835e12, "bf16": 835e12},
+    "h100-96g": DeviceType("H100-96GB-HBM2e-500W", 96e9, {"fp32": 67e12 * 835 / 989, "fp16": 835e12, "bf16": 835e12,
+                                                             "fp8": 1670e12},
                            2.4e12, Link(3.4e-6, 400e9), Link(9.6e-6, 45e9), gemm_efficiency=H100_GEMM_EFFICIENCY,
+                           fp8_gemm_efficiency=H100_FP8_GEMM_EFFICIENCY,
                            sm_count=132, attention_efficiency=(0.35, 0.3), fused_attention_efficiency=(0.6, 0.45),
                            **_GPU),
-    "h800-80g": DeviceType("H800-SXM5-80GB", 81559 * MiB, {"fp32": 67e12, "fp16": 989e12, "bf16": 989e12}, 3.35e12,
-                           Link(3.4e-6, 160e9), Link(9.6e-6, 45e9), gemm_efficiency=H100_GEMM_EFFICIENCY, sm_count=132,
+    "h800-80g": DeviceType("H800-SXM5-80GB", 81559 * MiB, _H100_PEAK, 3.35e12,
+                           Link(3.4e-6, 160e9), Link(9.6e-6, 45e9), gemm_efficiency=H100_GEMM_EFFICIENCY,
+                           fp8_gemm_efficiency=H100_FP8_GEMM_EFFICIENCY, sm_count=132,
                            attention_efficiency=(0.35, 0.3), fused_attention_efficiency=(0.6, 0.45), **_GPU),
     "v100-32g": DeviceType("V100-SXM2-32GB", 32768 * MiB, {"fp32": 15.7e12, "fp16": 125e12, "bf16": 0.0}, 0.9e12,
                            Link(10e-6, 130e9), Link(20e-6, 6e9), gemm_efficiency=A100_GEMM_EFFICIENCY, sm_count=80,

@@ -172,7 +172,7 @@ def _attention(cfg: ModelConfig, s: int, h: int, heads: int, kv_heads: int, d: i
         ops=((_norm_op(cfg, s * h),) if pre_norm else ()) + (Gemm(s, h, q_w + 2 * kv_w, "n"),)
         + ((_norm_op(cfg, s * (q_w + kv_w), tp_sharded=True),) if cfg.qk_norm else ())
         + ((Elementwise("rotary", s * (q_w + kv_w) * cfg.rotary_fraction, tp_sharded=True),) if _rotary(cfg) else ())
-        + (Attention(heads, d, queries, keys, causal), Gemm(s, q_w, h, "k"))
+        + (Attention(heads, d, queries, keys, causal, kv_heads=kv_heads), Gemm(s, q_w, h, "k"))
         + ((_norm_op(cfg, s * h),) if post_norm else ())
         + ((Elementwise("dropout", s * h),) if dropout else ()) + (Elementwise("residual", s * h),),
     )

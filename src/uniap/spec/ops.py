@@ -56,7 +56,8 @@ class Attention:
 
     Full attention has queries = keys = s; Swin's windows have queries = windows·w², keys = w². A causal
     mask leaves half the query–key pairs to compute for a kernel that skips masked blocks (flash).
-    Tensor parallelism splits the heads.
+    Tensor parallelism splits the heads. Context parallelism splits the queries and exchanges the keys and values
+    (`kv_heads` of them per token; 0: one per query head).
     """
 
     heads: int
@@ -65,6 +66,7 @@ class Attention:
     keys: int
     causal: bool = False
     value_dim: int = 0  # per-head width of the values when it differs from the queries' and keys' (MLA)
+    kv_heads: int = 0  # key/value heads (GQA: fewer than the query heads); 0: as many as `heads`
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ import numpy as np
 
 from uniap.errors import UniapError
 
-PRECISIONS = ("fp32", "fp16", "bf16")
+PRECISIONS = ("fp32", "fp16", "bf16", "fp8")
+# fp8 is a choice, never a default: it changes numerics (the GEMMs' inputs are scaled to 8 bits).
+DEFAULT_PRECISIONS = ("fp32", "fp16", "bf16")
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
 INTERLEAVED = "interleaved-1f1b"
 
@@ -23,7 +25,8 @@ EXPERT_IMBALANCE = 1.1
 class Workload:
     global_batch: int  # samples per iteration (all data-parallel replicas, all micro-batches)
     seq_len: int
-    precision: str = "bf16"  # fp32, or mixed precision fp16/bf16 with fp32 master weights
+    precision: str = "bf16"  # fp32; mixed precision fp16/bf16 with fp32 master weights; fp8: bf16 with the blocks'
+    # GEMMs in fp8 (torchao Float8Linear, Transformer Engine): master weights, optimizer and activations as bf16
     expert_imbalance: float = EXPERT_IMBALANCE  # MoE: tokens at the busiest expert-parallel rank / the mean
 
     def __post_init__(self) -> None:
@@ -39,7 +42,8 @@ class Workload:
 
     @property
     def act_bytes(self) -> int:
-        """Bytes per activation element: 16-bit under mixed precision, 4 in fp32."""
+        """Bytes per activation element: 16-bit under mixed precision (fp8 included: the tensors between operators
+        stay bf16), 4 in fp32."""
         return 4 if self.precision == "fp32" else 2
 
     def to_json(self) -> dict:
