@@ -144,6 +144,7 @@ def estimate(
     ep: int = typer.Option(1, "--ep", help="Expert-parallel degree of the MoE blocks' routed experts (divides "
                            "dp·tp and the experts)."),
     etp: int = typer.Option(1, "--etp", help="Expert tensor-parallel degree (splits each routed expert)."),
+    cp: int = typer.Option(1, "--cp", help="Context-parallel degree: each sequence split cp ways (load-balanced)."),
     plan: Optional[str] = typer.Option(None, "--plan", help="Re-cost a plan file instead of a uniform configuration."),
     profile: Optional[str] = PROFILE,
     kernels: Optional[Kernels] = KERNELS_FLAG,
@@ -181,7 +182,8 @@ def estimate(
         result = estimate_uniform(spec, clus, workload, tp=tp, pp=pp, dp=dp, zero=zero,
                                   micro_batch_size=micro_batch_size, micro_batches=micro_batches,
                                   recompute=recompute.value, sequence_parallel=sequence_parallel,
-                                  schedule=schedule.value, virtual_stages=virtual_stages, ep=ep, etp=etp)
+                                  schedule=schedule.value, virtual_stages=virtual_stages, ep=ep, etp=etp,
+                                  cp=cp)
     if fmt is Fmt.json:
         emit_json(result.to_json())
     else:
@@ -203,6 +205,8 @@ def plan(
     solver: str = SOLVER,
     time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds for the whole search; the best plan found so far is returned with its gap."),
     max_tp: Optional[int] = typer.Option(None, "--max-tp", help="Largest tensor-parallel degree to consider."),
+    max_cp: Optional[int] = typer.Option(None, "--max-cp", help="Largest context-parallel degree to consider (cp is "
+                                         "searched where each rank keeps at least 8,192 tokens of a sequence)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Candidates solved in parallel (default: cores, at most 2)."),
     out_path: Optional[str] = typer.Option(None, "--out", "-o", help="Write the plan JSON here."),
     engine: Optional[EngineName] = typer.Option(None, "--engine", help="Only plans this engine can run "
@@ -232,7 +236,7 @@ def plan(
         if engine is None:
             result = plan_search(spec, clus, workload, schedule=schedule.value, solver=solver,
                                  time_limit=time_limit, max_tp=max_tp, workers=workers,
-                                 max_virtual_stages=max_virtual_stages, progress=progress)
+                                 max_virtual_stages=max_virtual_stages, progress=progress, max_cp=max_cp)
         else:
             from uniap.engine_search import engine_plan_search
             from uniap.export import engine_rules

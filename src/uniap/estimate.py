@@ -146,21 +146,26 @@ def workload_of(plan: Plan) -> Workload:
 
 def estimate_uniform(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, tp: int = 1, pp: int = 1,
                      dp: int | None = None, zero: int = 0, micro_batch_size: int | None = None,
-                     micro_batches: int | None = None, recompute: bool = False, sequence_parallel: bool = False,
-                     schedule: str = "1f1b", virtual_stages: int = 1, ep: int = 1, etp: int = 1) -> Plan:
+                     micro_batches: int | None = None, recompute: str | bool = "none",
+                     sequence_parallel: bool = False, schedule: str = "1f1b", virtual_stages: int = 1, ep: int = 1,
+                     etp: int = 1, cp: int = 1) -> Plan:
     """Cost a Megatron-style configuration: Megatron's micro-batch size is per device, so c = B / (dp·b).
     Interleaved 1F1B (`virtual_stages` > 1) splits the blocks evenly over the P·v chunks. `ep`/`etp` place
     the routed experts of an MoE model's MoE blocks (Megatron's --expert-model-parallel-size and
-    --expert-tensor-parallel-size) on each stage's dp·tp devices."""
+    --expert-tensor-parallel-size) on each stage's dp·cp·tp devices; `cp` splits each sequence
+    (--context-parallel-size)."""
     n = cluster.devices
-    if tp < 1 or pp < 1:
-        raise UniapError("--tp and --pp must be >= 1")
+    if tp < 1 or pp < 1 or cp < 1:
+        raise UniapError("--tp, --pp and --cp must be >= 1")
     if dp is None:
-        if n % (tp * pp):
-            raise UniapError(f"tp·pp = {tp * pp} does not divide the {n} devices of {cluster.name}")
-        dp = n // (tp * pp)
-    if dp * tp * pp != n:
-        raise UniapError(f"dp·tp·pp = {dp}·{tp}·{pp} = {dp * tp * pp} but {cluster.name} has {n} devices")
+        if n % (tp * pp * cp):
+            raise UniapError(f"tp·{'cp·' if cp > 1 else ''}pp = {tp * cp * pp} does not divide the {n} devices of "
+                             f"{cluster.name}")
+        dp = n // (tp * pp * cp)
+    if dp * cp * tp * pp != n:
+        names, degrees = ("dp·cp·tp·pp", (dp, cp, tp, pp)) if cp > 1 else ("dp·tp·pp", (dp, tp, pp))
+        raise UniapError(f"{names} = {'·'.join(map(str, degrees))} = {dp * cp * tp * pp} but {cluster.name} has {n} "
+                         f"devices")
     batch = workload.global_batch
     if micro_batches is not None and micro_batch_size is not None:
         raise UniapError("give --micro-batch-size or --micro-batches, not both")
@@ -176,8 +181,8 @@ def estimate_uniform(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
         raise UniapError(f"a micro-batch of {micro} samples does not split over dp {dp}")
     if (ep > 1 or etp > 1) and not model.config.is_moe:
         raise UniapError(f"--ep and --etp place routed experts, and {model.name} has none")
-    strategy = Strategy(dp=dp, tp=tp, zero=zero if dp > 1 else 0, recompute=recompute, sp=sequence_parallel,
-                        ep=ep, etp=etp)
+    strategy = Strategy(dp=dp, tp=tp, zero=zero if dp * cp > 1 else 0, recompute=recompute, sp=sequence_parallel,
+                        ep=ep, etp=etp, cp=cp)
     strategies, stage_of, strategy_of = uniform_assignment(model, pp * virtual_stages, strategy, micro)
     program = build_program(model, cluster, workload, pp, micro_batches, strategies, schedule, virtual_stages)
     predicted = predict(model, cluster, workload, program, stage_of, strategy_of)

@@ -26,7 +26,7 @@ from uniap.solve.uop import interleaved_tier, search
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import ModelSpec
 from uniap.spec.workload import INTERLEAVED, Workload, check_schedule
-from uniap.strategies import Strategy, divisors, enumerate_strategies
+from uniap.strategies import Strategy, context_degrees, divisors, enumerate_strategies
 
 GB = 1e9
 MAX_VIRTUAL_STAGES = 8
@@ -55,14 +55,15 @@ def schedule_of(candidate: tuple[int, int, int], schedules: tuple[str, ...]) -> 
 
 
 def build_candidate(candidate: tuple[int, int, int], model: ModelSpec, cluster: ClusterSpec, workload: Workload,
-                    schedules: tuple[str, ...], max_tp: int | None, cache: dict | None = None) -> StageProgram | None:
+                    schedules: tuple[str, ...], max_tp: int | None, cache: dict | None = None,
+                    max_cp: int | None = None) -> StageProgram | None:
     """Tables of one (P, c, v), or None when no strategy can split its micro-batch. `cache`, a dict the caller
     keeps, holds what the last (P, c) priced (`candidates` lists the v's of one (P, c) in a row)."""
     stages, micro_batches, virtual = candidate
     if cache is not None and cache.get("strategies", (None,))[0] == (stages, micro_batches):
         strategies, rows = cache["strategies"][1]
     else:
-        strategies, rows = stage_columns(model, cluster, workload, candidate, max_tp)
+        strategies, rows = stage_columns(model, cluster, workload, candidate, max_tp, max_cp)
         if cache is not None:
             cache["strategies"] = ((stages, micro_batches), (strategies, rows))
     if not strategies:
@@ -76,13 +77,13 @@ def build_candidate(candidate: tuple[int, int, int], model: ModelSpec, cluster: 
 
 
 def stage_strategies(model: ModelSpec, cluster: ClusterSpec, workload: Workload, candidate: tuple[int, int, int],
-                     max_tp: int | None) -> list[Strategy]:
+                     max_tp: int | None, max_cp: int | None = None) -> list[Strategy]:
     """The strategies of a stage of N/P devices the search keeps (`stage_columns`)."""
-    return stage_columns(model, cluster, workload, candidate, max_tp)[0]
+    return stage_columns(model, cluster, workload, candidate, max_tp, max_cp)[0]
 
 
 def stage_columns(model: ModelSpec, cluster: ClusterSpec, workload: Workload, candidate: tuple[int, int, int],
-                  max_tp: int | None) -> tuple[list[Strategy], tuple | None]:
+                  max_tp: int | None, max_cp: int | None = None) -> tuple[list[Strategy], tuple | None]:
     """The strategies of a stage of N/P devices that at least one layer can take and that no other strategy of
     the same layout beats on every layer (fewer columns to solve), and their `cost.tables.signature_costs`
     (for build_program, which would price them again otherwise).
@@ -90,9 +91,13 @@ def stage_columns(model: ModelSpec, cluster: ClusterSpec, workload: Workload, ca
     Beaten: another strategy whose activation layout is the same (so every resharding and send costs the same)
     is allowed wherever this one is and no worse in A, G, Ms and Ma on every distinct layer; any plan using
     this one is then matched by swapping it out. With a measured cost source the tables are adjusted after
-    pricing (cost.source), so only the first filter applies."""
+    pricing (cost.source), so only the first filter applies. cp degrees: `context_degrees` of the sequence, up to
+    `max_cp`."""
     stages, micro_batches = candidate[:2]
-    strategies = enumerate_strategies(cluster.devices // stages, max_tp=max_tp, experts=model.config.experts)
+    d = cluster.devices // stages
+    strategies = enumerate_strategies(d, max_tp=max_tp, experts=model.config.experts,
+                                      context=tuple(cp for cp in context_degrees(d, workload.seq_len)
+                                                    if max_cp is None or cp <= max_cp))
     if cluster.costs is not None:
         micro = workload.global_batch // micro_batches
         distinct = list({layer.signature or layer.name: layer for layer in model.layers}.values())
@@ -117,7 +122,8 @@ def stage_columns(model: ModelSpec, cluster: ClusterSpec, workload: Workload, ca
 
 def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, schedule: str = INTERLEAVED,
                 solver: str = "highs", time_limit: float | None = None, max_tp: int | None = None,
-                workers: int | None = None, progress=None, max_virtual_stages: int = MAX_VIRTUAL_STAGES) -> Plan:
+                workers: int | None = None, progress=None, max_virtual_stages: int = MAX_VIRTUAL_STAGES,
+                max_cp: int | None = None) -> Plan:
     """The best plan over all pipeline configurations, with the search facts the plan contract carries.
 
     `schedule` "interleaved-1f1b" (the default) searches 1F1B and interleaved 1F1B (v = 2..max_virtual_stages;
@@ -129,19 +135,21 @@ def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, s
         raise UniapError("the SCIP back-end solves plain pipelines only; search interleaving with highs or gurobi")
     if max_tp is not None and max_tp < 1:
         raise UniapError("--max-tp must be >= 1")
+    if max_cp is not None and max_cp < 1:
+        raise UniapError("--max-cp must be >= 1")
     if max_virtual_stages < 1:
         raise UniapError("--max-virtual-stages must be >= 1")
     started = time.perf_counter()
     cands = candidates(model, cluster, workload, schedules, max_virtual_stages)
     build = partial(build_candidate, model=model, cluster=cluster, workload=workload, schedules=schedules,
-                    max_tp=max_tp, cache={})
+                    max_tp=max_tp, cache={}, max_cp=max_cp)
     result = search(cands, build, solver=solver, time_limit=time_limit, workers=workers, progress=progress,
                     tier=interleaved_tier)
     if result.solution is None:
         raise UniapError(_no_plan_message(cands, build, cluster))
     stages, micro_batches, virtual = result.best
     program = build(result.best)
-    strategies = stage_strategies(model, cluster, workload, result.best, max_tp)
+    strategies = stage_strategies(model, cluster, workload, result.best, max_tp, max_cp)
     sol = result.solution
     predicted = predict(model, cluster, workload, program, sol.stage_of, sol.strategy_of)
     search_facts = {"solver": solver, "time_s": time.perf_counter() - started, "optimal": bool(result.optimal),

@@ -20,7 +20,7 @@ def test_estimate_prints_the_plan_contract(cli_json):
     assert plan["pipeline"] == {"degree": 1, "micro_batches": 64, "schedule": "1f1b", "virtual_stages": 1}
     assert plan["stages"] == [{"index": 0, "ranks": list(range(8)), "layers": [0, 33], "chunks": [[0, 33]]}]
     assert {json.dumps(l["strategy"], sort_keys=True) for l in plan["layers"]} == {
-        json.dumps({"dp": 8, "tp": 1, "zero": 3, "recompute": False, "sp": False}, sort_keys=True)}
+        json.dumps({"dp": 8, "tp": 1, "zero": 3, "recompute": "none", "sp": False}, sort_keys=True)}
     pred = plan["predicted"]
     for key in ("iteration_time_s", "samples_per_s", "tokens_per_s", "model_tflops_per_device", "mfu"):
         assert isinstance(pred[key], float) and pred[key] > 0

@@ -14,7 +14,7 @@ def test_estimate_places_the_experts_and_prices_the_exchange(cli_json):
     ep1, ep8 = cli_json(*base), cli_json(*base, "--ep", "8")
     blocks = [layer for layer in ep8["layers"] if layer["name"].startswith("block.")]
     assert {json.dumps(layer["strategy"], sort_keys=True) for layer in blocks} == \
-        {json.dumps({"dp": 8, "tp": 1, "zero": 1, "recompute": False, "sp": False, "ep": 8}, sort_keys=True)}
+        {json.dumps({"dp": 8, "tp": 1, "zero": 1, "recompute": "none", "sp": False, "ep": 8}, sort_keys=True)}
     edges = [layer for layer in ep8["layers"] if layer["name"] in ("embed", "head")]
     assert all("ep" not in layer["strategy"] for layer in edges)  # dense layers keep their dp × tp alone
     # Stage 0 holds 16 MoE blocks of 8 experts (1,409,286,144 parameters each). ep 1: every device holds all of

@@ -58,14 +58,18 @@ def test_eager_moves_more_bytes_than_fused():
 
 def test_layer_time_orders_engines_recompute_and_tp():
     block = load_model("llama3-8b", 8192).layers[1]
-    base = layer_time(A100, EAGER, PEAK, block, 1, 1, False, False)
-    assert layer_time(A100, FUSED, PEAK, block, 1, 1, False, False) < base
-    assert layer_time(A100, EAGER, PEAK, block, 1, 1, False, True) == pytest.approx(base * 4 / 3, rel=0.05)
+    base = layer_time(A100, EAGER, PEAK, block, 1, 1, False, "none")
+    assert layer_time(A100, FUSED, PEAK, block, 1, 1, False, "none") < base
+    assert layer_time(A100, EAGER, PEAK, block, 1, 1, False, "full") == pytest.approx(base * 4 / 3, rel=0.05)
+    # selective recompute re-runs the attention kernel alone: between none and full, by exactly its forward
+    (attention_fwd, _), = [attention_times(A100, EAGER, PEAK, op, 1, 1, 1.0) for op in block.ops
+                           if isinstance(op, Attention)]
+    assert layer_time(A100, EAGER, PEAK, block, 1, 1, False, "selective") == pytest.approx(base + attention_fwd)
     # tp 8 splits the GEMMs and attention but not the norms and residuals, so it is more than 1/8
-    assert base / 8 < layer_time(A100, EAGER, PEAK, block, 1, 8, False, False) < base / 4
+    assert base / 8 < layer_time(A100, EAGER, PEAK, block, 1, 8, False, "none") < base / 4
     # sequence parallelism splits those too
-    assert layer_time(A100, EAGER, PEAK, block, 1, 8, True, False) < layer_time(A100, EAGER, PEAK, block, 1, 8,
-                                                                                 False, False)
+    assert layer_time(A100, EAGER, PEAK, block, 1, 8, True, "none") < layer_time(A100, EAGER, PEAK, block, 1, 8,
+                                                                                  False, "none")
 
 
 def test_overlap_counts_only_the_exposed_part():

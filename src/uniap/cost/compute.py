@@ -15,6 +15,10 @@
   matrix plus a softmax that streams it through memory.
 - Memory-bound operators by the bytes they move over HBM, which depend on the engine: fused kernels
   read and write each tensor once, eager PyTorch makes a round trip per operator (ELEMENTWISE below).
+- fp8 (Workload precision "fp8"): the blocks' GEMMs run at the device's fp8 peak and fp8 GEMM efficiency, and pay
+  the scaled casts of their operands (input and weight in forward, the output gradient in backward) and the
+  transposed fp8 copies Hopper's fp8 GEMMs need in backward, as memory-bound kernels (FP8_CAST below).
+- Selective recomputation (Korthikanti et al. 2022) runs each attention kernel's forward once more in backward.
 - Every kernel pays a fixed gap on the device timeline; a layer call pays the device's dispatch overhead.
 """
 
@@ -68,11 +72,21 @@ ELEMENTWISE: dict[str, tuple[tuple[float, int], tuple[float, int]]] = {
     "cross_entropy": ((10.0, 3), (14.0, 3)),
 }
 
+# One bf16 → fp8 scaled cast, (bytes per element, kernels) as (fused, eager), and the transposed fp8 copy of a
+# cast operand that backward's GEMMs read (Hopper's fp8 tensor cores take one operand layout). Fused (Transformer
+# Engine's cast_transpose, torch.compile): the amax comes with the producing kernel, the cast reads 2 B and writes
+# 1 B, and writes its transpose in the same kernel (1 B more). Eager (torchao Float8Linear, dynamic tensorwise
+# scaling): an amax pass (read 2 B), then the scale-and-cast (read 2, write 1); the transpose its own kernel (read 1,
+# write 1). Counted from the kernels each runs — estimates, not measurements.
+FP8_CAST = ((3.0, 1), (5.0, 2))
+FP8_TRANSPOSE = ((1.0, 0), (2.0, 1))
+
 
 class _Figures(NamedTuple):
     """The DeviceType figures the pricing reads (hashable, so layer times can be memoised by value)."""
 
     gemm_efficiency: float
+    fp8_gemm_efficiency: float
     sm_count: int
     gemm_half_k: float
     attention_efficiency: tuple[float, float]
@@ -129,6 +143,17 @@ def elementwise_time(device: DeviceType, engine: Engine, kind: str, elems: float
     return per_elem * elems / (device.memory_bandwidth * device.memory_efficiency) + kernels * device.kernel_gap_s
 
 
+def fp8_cast_time(device, engine: Engine, m: float, n: float, k: float) -> tuple[float, float]:
+    """(forward, backward) seconds of the casts around one fp8 GEMM (m × k)·(k × n): forward casts the input and
+    the weight, backward the output gradient and writes the transposed copies of the input and the weight."""
+    fused = 0 if engine.kernels == "fused" else 1
+    (cast_b, cast_k), (tr_b, tr_k) = FP8_CAST[fused], FP8_TRANSPOSE[fused]
+    rate = device.memory_bandwidth * device.memory_efficiency
+    fwd = cast_b * (m * k + k * n) / rate + 2 * cast_k * device.kernel_gap_s
+    bwd = (cast_b * m * n + tr_b * (m * k + k * n)) / rate + (cast_k + 2 * tr_k) * device.kernel_gap_s
+    return fwd, bwd
+
+
 def _split(op: Gemm, tp: int) -> tuple[float, float]:
     """(k, n) of one tensor-parallel shard of `op`."""
     if op.split == "n":
@@ -139,17 +164,29 @@ def _split(op: Gemm, tp: int) -> tuple[float, float]:
 
 
 def op_times(device: DeviceType, engine: Engine, peak: float, op, samples: float, tp: int, sp: bool,
-             act_scale: float, experts: tuple[int, int, float] = (1, 1, 1.0)) -> tuple[float, float]:
+             act_scale: float, experts: tuple[int, int, float] = (1, 1, 1.0), fp8_peak: float = 0.0
+             ) -> tuple[float, float]:
     """(forward, backward) seconds of one operator for `samples` samples on one device of a tp group.
 
-    `experts`: (ep, etp, load-imbalance factor) of the layer's routed experts."""
+    `experts`: (ep, etp, load-imbalance factor) of the layer's routed experts. `fp8_peak` > 0: GEMMs run in fp8
+    at that peak and the device's fp8 GEMM efficiency, with their casts."""
+    gemm_device, gemm_peak = (device, peak) if fp8_peak <= 0 else \
+        (device._replace(gemm_efficiency=device.fp8_gemm_efficiency), fp8_peak)
     if isinstance(op, GroupedGemm):
-        return grouped_gemm_times(device, peak, op, samples, tp, experts)
+        fwd, bwd = grouped_gemm_times(gemm_device, gemm_peak, op, samples, tp, experts)
+        if fp8_peak > 0:
+            rows, groups, k, n = _grouped_shape(op, samples, tp, experts)
+            cast_f, cast_b = fp8_cast_time(device, engine, rows * groups, n, k)
+            fwd, bwd = fwd + op.count * cast_f, bwd + op.count * cast_b
+        return fwd, bwd
     if isinstance(op, Gemm):
         k, n = _split(op, tp)
         m = op.rows * samples
-        fwd = gemm_time(device, peak, m, n, k)
-        bwd = gemm_time(device, peak, m, k, n) + gemm_time(device, peak, k, n, m)
+        fwd = gemm_time(gemm_device, gemm_peak, m, n, k)
+        bwd = gemm_time(gemm_device, gemm_peak, m, k, n) + gemm_time(gemm_device, gemm_peak, k, n, m)
+        if fp8_peak > 0:
+            cast_f, cast_b = fp8_cast_time(device, engine, m, n, k)
+            fwd, bwd = fwd + cast_f, bwd + cast_b
         return op.count * fwd, op.count * bwd
     if isinstance(op, Attention):
         return attention_times(device, engine, peak, op, samples, tp, act_scale)
@@ -166,13 +203,19 @@ def grouped_gemm_times(device: DeviceType, peak: float, op: GroupedGemm, samples
     groups, each dispatching its share of the micro-batch's tokens (samples·dp·rows·ep·etp/d of them) to the
     experts its ep ranks hold; an expert receives top-k/experts of them (× the imbalance factor at the busiest
     device), and each of its etp ranks multiplies them with its 1/etp slice."""
-    ep, etp, imbalance = experts
-    rows = samples * op.rows * ep * etp / tp * op.topk / op.experts * imbalance
-    groups = op.experts / ep
-    k, n = (op.k, op.n / etp) if op.split == "n" else (op.k / etp, op.n) if op.split == "k" else (op.k, op.n)
+    rows, groups, k, n = _grouped_shape(op, samples, tp, experts)
     fwd = grouped_gemm_time(device, peak, groups, rows, n, k)
     bwd = grouped_gemm_time(device, peak, groups, rows, k, n) + grouped_gemm_time(device, peak, groups, k, n, rows)
     return op.count * fwd, op.count * bwd
+
+
+def _grouped_shape(op: GroupedGemm, samples: float, tp: int, experts: tuple[int, int, float]
+                   ) -> tuple[float, float, float, float]:
+    """(rows per expert, experts on the device, k, n) of the routed experts' GEMMs on one device."""
+    ep, etp, imbalance = experts
+    rows = samples * op.rows * ep * etp / tp * op.topk / op.experts * imbalance
+    k, n = (op.k, op.n / etp) if op.split == "n" else (op.k / etp, op.n) if op.split == "k" else (op.k, op.n)
+    return rows, op.experts / ep, k, n
 
 
 def attention_times(device: DeviceType, engine: Engine, peak: float, op: Attention, samples: float, tp: int,
@@ -193,32 +236,48 @@ def attention_times(device: DeviceType, engine: Engine, peak: float, op: Attenti
 
 
 def layer_time(device: DeviceType, engine: Engine, peak: float, layer: LayerSpec, samples: float, tp: int,
-               sp: bool, recompute: bool, act_scale: float = 1.0, experts: tuple[int, int, float] = (1, 1, 1.0)
-               ) -> float:
-    """Forward + backward of one layer call for `samples` samples per device, plus one more forward when
-    recomputed. `act_scale` 2 for fp32 activations (element-wise bytes double); `experts` (ep, etp, imbalance)
-    places the routed experts of an MoE layer.
+               sp: bool, recompute: str, act_scale: float = 1.0, experts: tuple[int, int, float] = (1, 1, 1.0),
+               fp8_peak: float = 0.0) -> float:
+    """Forward + backward of one layer call for `samples` samples per device (a fraction of a sample under context
+    parallelism: each device computes 1/cp of its samples' tokens), plus the forward again of what is recomputed:
+    the whole layer ("full"), its attention kernels ("selective"). `act_scale` 2 for fp32 activations (element-wise
+    bytes double); `experts` (ep, etp, imbalance) places the routed experts of an MoE layer; `fp8_peak` > 0 runs
+    its GEMMs in fp8.
 
     Memoised on the values it depends on: the planner prices the same (layer, shard) under many pipeline
     configurations."""
     figures = _Figures(*(getattr(device, name) for name in _Figures._fields))
     return _layer_time(figures, engine, peak, layer.ops, layer.flops, samples, tp, sp, recompute, act_scale,
-                       experts if layer.experts else (1, 1, 1.0))
+                       experts if layer.experts else (1, 1, 1.0), fp8_peak)
 
 
 @functools.lru_cache(maxsize=1 << 16)
 def _layer_time(device: "_Figures", engine: Engine, peak: float, ops: tuple, flops: float, samples: float, tp: int,
-                sp: bool, recompute: bool, act_scale: float, experts: tuple[int, int, float]) -> float:
-    fwd = bwd = 0.0
+                sp: bool, recompute: str, act_scale: float, experts: tuple[int, int, float], fp8_peak: float) -> float:
+    fwd = bwd = attention_fwd = 0.0
     for op in ops:
-        f, b = op_times(device, engine, peak, op, samples, tp, sp, act_scale, experts)
+        f, b = op_times(device, engine, peak, op, samples, tp, sp, act_scale, experts, fp8_peak)
         fwd += f
         bwd += b
+        if isinstance(op, Attention):
+            attention_fwd += f
     if not ops and flops > 0:  # a layer described by its FLOPs alone: one large GEMM's rate
         fwd = flops * samples / tp / (peak * device.gemm_efficiency)
         bwd = 2.0 * fwd
-    passes = fwd + bwd + (fwd if recompute else 0.0)
-    return passes + device.layer_overhead_s * (4.0 / 3.0 if recompute else 1.0)
+    again = fwd if recompute == "full" else attention_fwd if recompute == "selective" else 0.0
+    return fwd + bwd + again + device.layer_overhead_s * (4.0 / 3.0 if recompute == "full" else 1.0)
+
+
+def attention_seconds(device: DeviceType, engine: Engine, peak: float, layer: LayerSpec, samples: float,
+                      tp: int) -> tuple[float, float]:
+    """(forward, backward) seconds of a layer's attention kernels alone: what a context-parallel exchange of keys
+    and values can hide behind."""
+    fwd = bwd = 0.0
+    for op in layer.ops:
+        if isinstance(op, Attention):
+            f, b = attention_times(device, engine, peak, op, samples, tp, 1.0)
+            fwd, bwd = fwd + f, bwd + b
+    return fwd, bwd
 
 
 def backward_share(recompute: bool) -> float:

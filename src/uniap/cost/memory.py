@@ -12,6 +12,9 @@ STATE_BYTES = {
     "fp32": (4.0, 4.0, 8.0),
     "fp16": (2.0, 2.0, 12.0),
     "bf16": (2.0, 2.0, 12.0),
+    # fp8 GEMMs keep bf16 mixed precision's states (torchao Float8Linear and Transformer Engine cast the 16-bit
+    # weight each step; the fp8 copies are transient).
+    "fp8": (2.0, 2.0, 12.0),
 }
 
 
@@ -33,9 +36,9 @@ def expert_params_per_device(layer: LayerSpec, s: Strategy) -> float:
 
 
 def static_bytes(layer: LayerSpec, s: Strategy, precision: str) -> float:
-    """Weights + gradients + optimizer states on one device, after ZeRO sharding over dp (the routed experts:
-    over edp)."""
-    return (_states(dense_params_per_device(layer, s), s.dp, s.zero, precision)
+    """Weights + gradients + optimizer states on one device, after ZeRO sharding over the dp·cp replicas (the routed
+    experts: over edp)."""
+    return (_states(dense_params_per_device(layer, s), s.replicas, s.zero, precision)
             + _states(expert_params_per_device(layer, s), s.edp, s.zero, precision))
 
 
@@ -59,17 +62,22 @@ def activation_bytes_per_sample(layer: LayerSpec, s: Strategy, precision: str, f
     projections' inputs alike, which holds where the projections keep their input's sequence slice and
     gather it again in backward (Megatron; `uniap run`, runtime/tensor_parallel.py), not where they keep the
     gathered input (DTensor's PrepareModuleInput). With full recompute only the layer input is kept
-    (sharded over tp by sp). The figures in LayerSpec are for 16-bit activations; fp32 doubles them.
+    (sharded over tp by sp). Selective recompute (Korthikanti et al. §5) keeps all but the attention core's
+    scores, softmax and dropout (`act_scores`: nothing to drop under flash attention, which never keeps them).
+    Context parallelism divides all of it by cp: each device keeps the activations of its 1/cp of the tokens
+    (the gathered keys and values are transient). The figures in LayerSpec are for 16-bit activations (fp8
+    training included: its saved tensors are counted as bf16, an upper bound where an engine saves fp8 copies of
+    the GEMM inputs); fp32 doubles them.
 
     Routed experts: dispatch spreads the stage's routed token copies over its d = dp·tp devices, so per sample
     of the dp shard a device keeps 1/tp of them, × `imbalance` at the busiest device. Expert tensor parallelism
     gives each of its etp ranks the same tokens (their inputs and outputs are kept whole, etp times over the
     group) and 1/etp of each expert's inner activations.
     """
-    scale = 2.0 if precision == "fp32" else 1.0
+    scale = (2.0 if precision == "fp32" else 1.0) / s.cp
     sp_div = s.tp if s.sp else 1
     if s.full:
         return scale * layer.act_input / sp_div
-    scores = 0.0 if flash_attention else layer.act_scores / s.tp
+    scores = 0.0 if flash_attention or s.recompute == "selective" else layer.act_scores / s.tp
     routed = (layer.act_routed * s.etp + layer.act_routed_etp) * imbalance / s.tp
     return scale * (layer.act_tp / s.tp + layer.act_other / sp_div + scores + routed)

@@ -14,17 +14,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from uniap.cost import comm
-from uniap.cost.compute import backward_share, layer_time, optimizer_time, overlapped
+from uniap.cost.compute import attention_seconds, backward_share, layer_time, optimizer_time, overlapped
 from uniap.cost.memory import (activation_bytes_per_sample, dense_params_per_device, expert_params_per_device,
                                static_bytes)
 from uniap.errors import UniapError
 from uniap.solve.program import StageProgram
 from uniap.spec.cluster import ClusterSpec, Link
 from uniap.spec.model import LayerSpec, ModelSpec
+from uniap.spec.ops import Attention
 from uniap.spec.workload import INTERLEAVED, Workload, check_interleaving, held_patterns, inflight
 from uniap.strategies import Strategy
 
 NOT_RECOMPUTABLE = ("embedding", "head", "patch_embed")
+# Layers whose GEMMs stay 16-bit under fp8 training: the LM head (torchtitan's float8 converter skips `output`;
+# Megatron-LM keeps its output layer out of Transformer Engine's fp8 region) and the embedding look-up.
+NOT_FP8 = ("embedding", "head", "patch_embed")
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,7 @@ class StageLinks:
     stage: Link  # all ranks of one stage (resharding between layouts)
     boundary: Link  # sender → receiver across a stage boundary
     ep: dict[tuple[int, int], Link]  # by (ep, etp): an ep group's all-to-all (ep ranks, stride etp)
+    cp: dict[tuple[int, int], Link]  # by (tp, cp): a cp group's ring (cp ranks, stride tp)
 
 
 def stage_links(cluster: ClusterSpec, stages: int, strategies: list[Strategy]) -> StageLinks:
@@ -52,10 +57,15 @@ def stage_links(cluster: ClusterSpec, stages: int, strategies: list[Strategy]) -
         block = starts + np.arange(0, d, ep * etp)  # ep·etp contiguous ranks hold every expert once
         ep_first = (block[..., None] + np.arange(etp)).reshape(len(starts), -1)
         ep_links[ep, etp] = _all_to_all_link(cluster, ep_first, ep_first + (ep - 1) * etp, ep)
+    cp_links = {}
+    for tp, cp in sorted({(s.tp, s.cp) for s in strategies}):
+        block = starts + np.arange(0, d, tp * cp)  # tp·cp contiguous ranks hold one dp replica
+        cp_first = (block[..., None] + np.arange(tp)).reshape(len(starts), -1)
+        cp_links[tp, cp] = _slowest(cluster, cp_first, cp_first + (cp - 1) * tp, cp)
     stage = _slowest(cluster, starts, starts + d - 1, d)
     senders = np.arange(0, cluster.devices - d)
     boundary = _slowest(cluster, senders, senders + d, 2) if stages > 1 else cluster.device.intra
-    return StageLinks(tp_links, dp_links, stage, boundary, ep_links)
+    return StageLinks(tp_links, dp_links, stage, boundary, ep_links, cp_links)
 
 
 def _all_to_all_link(cluster: ClusterSpec, first: np.ndarray, last: np.ndarray, size: int) -> Link:
@@ -98,8 +108,9 @@ def _slowest(cluster: ClusterSpec, first: np.ndarray, last: np.ndarray, size: in
 
 def disallowed(layer: LayerSpec, s: Strategy, micro_batch: int) -> str | None:
     """Why layer cannot run under s (None if it can): dp must split the micro-batch, tp must divide
-    heads/FFN/…, sp the tokens, ep the experts and etp an expert's inner size; a dense layer has no experts to
-    place; embeddings and heads are not recomputed."""
+    heads/FFN/…, sp the tokens, ep the experts and etp an expert's inner size, cp the tokens into 2·cp
+    load-balanced chunks; a dense layer has no experts to place; embeddings and heads are not recomputed, and a
+    layer without attention has no attention core to recompute selectively."""
     if micro_batch % s.dp:
         return f"dp {s.dp} does not divide the micro-batch of {micro_batch} samples"
     if s.moe and not layer.experts:
@@ -111,10 +122,15 @@ def disallowed(layer: LayerSpec, s: Strategy, micro_batch: int) -> str | None:
     for size in layer.tp_divides:
         if size % s.tp:
             return f"tp {s.tp} does not divide {size} ({layer.name}: heads, FFN or vocabulary)"
-    if s.sp and layer.tokens % s.tp:
-        return f"sequence parallel tp {s.tp} does not divide the {layer.tokens} tokens of {layer.name}"
+    if s.cp > 1 and layer.tokens % (2 * s.cp):
+        return f"cp {s.cp} does not split the {layer.tokens} tokens of {layer.name} into {2 * s.cp} equal chunks"
+    if s.sp and (layer.tokens // s.cp) % s.tp:
+        return f"sequence parallel tp {s.tp} does not divide the {layer.tokens // s.cp} tokens of {layer.name}" + \
+            (f" on each of cp {s.cp}" if s.cp > 1 else "")
     if s.recompute != "none" and layer.kind in NOT_RECOMPUTABLE:
         return f"{layer.name} ({layer.kind}) is not recomputed"
+    if s.recompute == "selective" and not any(isinstance(op, Attention) for op in layer.ops):
+        return f"{layer.name} has no attention core to recompute selectively"
     return None
 
 
@@ -131,7 +147,7 @@ def layer_cost(layer: LayerSpec, s: Strategy, micro_batch: int, cluster: Cluster
         if measured is not None:
             return measured
     device = cluster.device
-    samples = micro_batch / s.dp  # per device
+    samples = micro_batch / s.dp / s.cp  # per device, in samples' worth of tokens (cp: 1/cp of each sample)
     act_bytes = workload.act_bytes
     imbalance = workload.expert_imbalance if layer.experts else 1.0
     if compute is None:
@@ -139,22 +155,24 @@ def layer_cost(layer: LayerSpec, s: Strategy, micro_batch: int, cluster: Cluster
     passes = 3.0 if s.full else 2.0  # forward, backward, and the recomputed forward
 
     # Tensor parallelism: the forward's all-reduces (reduce-scatter + all-gather with sp: same volume),
-    # the same again in backward, and once more when the forward is recomputed. Not overlapped.
+    # the same again in backward, and once more when the forward is recomputed (selective recompute re-runs
+    # the attention core alone, which has no tp collective). Not overlapped.
     tp_bytes = layer.tp_comm_elems * samples * act_bytes
     tp_time = passes * comm.all_reduce(tp_bytes, s.tp, links.tp[s.tp])
     expert_time = passes * _expert_exchange(layer, s, samples * act_bytes * imbalance, links)
+    context_time = _context_exchange(layer, s, samples, cluster, workload, links)
 
     # Data parallelism over the dp group (ZeRO stages as in Rajbhandari et al. 2020); the routed experts' over
     # their edp group. It overlaps with compute, as FSDP2's prefetching and Megatron's
     # --overlap-grad-reduce/--overlap-param-gather do: only the part longer than the compute it hides behind
     # counts, and compute runs slower while it overlaps.
     grad_elem = 4.0 if workload.precision == "fp32" else 2.0
-    dense_micro, dense_sync = _data_parallel(dense_params_per_device(layer, s) * grad_elem, s.dp, s.zero,
+    dense_micro, dense_sync = _data_parallel(dense_params_per_device(layer, s) * grad_elem, s.replicas, s.zero,
                                              links.dp[s.tp])
     expert_micro, expert_sync = _data_parallel(expert_params_per_device(layer, s) * grad_elem, s.edp, s.zero,
                                                links.dp[s.ep * s.etp])
     per_micro, sync = dense_micro + expert_micro, dense_sync + expert_sync
-    shard = (dense_params_per_device(layer, s) / (s.dp if s.zero >= 1 else 1)
+    shard = (dense_params_per_device(layer, s) / (s.replicas if s.zero >= 1 else 1)
              + expert_params_per_device(layer, s) / (s.edp if s.zero >= 1 else 1))
     # Once per iteration: DDP's all-reduce hides behind the last micro-batch's backward; ZeRO-1/2's
     # reduce-scatter behind the backward and their parameter all-gather behind the next forward.
@@ -162,9 +180,10 @@ def layer_cost(layer: LayerSpec, s: Strategy, micro_batch: int, cluster: Cluster
     exposed_sync = overlapped(window, sync, device.overlap_slowdown) - window if sync else 0.0
     once = exposed_sync + optimizer_time(device, shard)
 
-    A = (overlapped(compute, per_micro, device.overlap_slowdown) if per_micro else compute) + tp_time + expert_time
+    A = ((overlapped(compute, per_micro, device.overlap_slowdown) if per_micro else compute) + tp_time + expert_time
+         + context_time)
     Ms = static_bytes(layer, s, workload.precision)
-    Ma = samples * activation_bytes_per_sample(layer, s, workload.precision, flash_attention=cluster.engine.flash,
+    Ma = micro_batch / s.dp * activation_bytes_per_sample(layer, s, workload.precision, flash_attention=cluster.engine.flash,
                                                imbalance=imbalance)
     return A, once, Ms, Ma
 
@@ -172,8 +191,45 @@ def layer_cost(layer: LayerSpec, s: Strategy, micro_batch: int, cluster: Cluster
 def layer_compute(layer: LayerSpec, s: Strategy, micro_batch: int, cluster: ClusterSpec, workload: Workload) -> float:
     """Forward + backward (+ recomputed forward) seconds of one layer call under s, on one device (cost.compute)."""
     imbalance = workload.expert_imbalance if layer.experts else 1.0
-    return layer_time(cluster.device, cluster.engine, cluster.peak(workload.precision), layer, micro_batch / s.dp,
-                      s.tp, s.sp, s.full, act_scale=workload.act_bytes / 2, experts=(s.ep, s.etp, imbalance))
+    peak, fp8_peak = compute_peaks(cluster, workload, layer)
+    return layer_time(cluster.device, cluster.engine, peak, layer, micro_batch / s.dp / s.cp, s.tp, s.sp, s.recompute,
+                      act_scale=workload.act_bytes / 2, experts=(s.ep, s.etp, imbalance), fp8_peak=fp8_peak)
+
+
+def compute_peaks(cluster: ClusterSpec, workload: Workload, layer: LayerSpec) -> tuple[float, float]:
+    """(peak of everything but fp8 GEMMs, peak of the layer's fp8 GEMMs or 0): fp8 training runs attention and the
+    16-bit layers at the bf16 peak."""
+    if workload.precision != "fp8":
+        return cluster.peak(workload.precision), 0.0
+    return cluster.peak("bf16"), (0.0 if layer.kind in NOT_FP8 else cluster.peak("fp8"))
+
+
+def _context_exchange(layer: LayerSpec, s: Strategy, samples: float, cluster: ClusterSpec, workload: Workload,
+                      links: StageLinks) -> float:
+    """The exposed part of context parallelism's key/value exchange, per device and micro-batch.
+
+    Each device gathers the keys and values of the other cp − 1 ranks' tokens (a ring of cp − 1 steps, Megatron-LM's
+    p2p context parallelism; Llama 3's all-gather moves the same bytes) and backward returns their gradients and
+    circulates them again (twice the forward's bytes); a recomputed attention gathers once more. The ring overlaps
+    each step's transfer with the attention of the chunk already held, so what the attention kernels' time covers
+    of the cp − 1 steps is hidden (the first chunk has no transfer to hide)."""
+    if s.cp == 1:
+        return 0.0
+    nbytes = 0.0
+    for op in layer.ops:
+        if isinstance(op, Attention):
+            kv_heads = max((op.kv_heads or op.heads) / s.tp, 1.0)
+            nbytes += samples * layer.tokens * kv_heads * (op.head_dim + (op.value_dim or op.head_dim))
+    if not nbytes:
+        return 0.0
+    gather = comm.all_gather(nbytes * s.cp * workload.act_bytes, s.cp, links.cp[s.tp, s.cp])  # every chunk's K, V
+    peak, _ = compute_peaks(cluster, workload, layer)
+    fwd, bwd = attention_seconds(cluster.device, cluster.engine, peak, layer, samples, s.tp)
+    hidden = (s.cp - 1) / s.cp
+    exposed = max(0.0, gather - hidden * fwd) + max(0.0, 2 * gather - hidden * bwd)
+    if s.recompute != "none":
+        exposed += max(0.0, gather - hidden * fwd)
+    return exposed
 
 
 def _data_parallel(grad_bytes: float, replicas: int, zero: int, link: Link) -> tuple[float, float]:
@@ -209,8 +265,9 @@ def _expert_exchange(layer: LayerSpec, s: Strategy, bytes_per_elem: float, links
 
 
 def shards(s: Strategy) -> int:
-    """Into how many pieces the inter-layer activation is split: dp by batch, × tp by sequence with sp."""
-    return s.dp * (s.tp if s.sp else 1)
+    """Into how many pieces the inter-layer activation is split: dp by batch, cp by sequence, × tp by sequence
+    with sp."""
+    return s.dp * s.cp * (s.tp if s.sp else 1)
 
 
 def reshard_time(nbytes: float, a: Strategy, b: Strategy, link: Link) -> float:
@@ -224,7 +281,7 @@ def reshard_time(nbytes: float, a: Strategy, b: Strategy, link: Link) -> float:
         return 0.0
     sa, sb = shards(a), shards(b)
     if sa == sb:
-        return 2 * comm.all_to_all(nbytes / sa, max(a.tp, b.tp), link)
+        return 2 * comm.all_to_all(nbytes / sa, max(a.tp * a.cp, b.tp * b.cp), link)
     lo, hi = min(sa, sb), max(sa, sb)
     return comm.all_gather(nbytes / lo, hi // lo, link)
 
@@ -332,7 +389,7 @@ def signature_costs(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
         for k, s in enumerate(strategies):
             good[r, k] = disallowed(layer, s, micro) is None
             if good[r, k]:
-                shape = (s.dp, s.tp, s.sp, s.recompute, s.ep, s.etp)
+                shape = (s.dp, s.tp, s.sp, s.recompute, s.ep, s.etp, s.cp)
                 if cluster.costs is None and shape not in computed:
                     computed[shape] = layer_compute(layer, s, micro, cluster, workload)
                 costs[r, k] = layer_cost(layer, s, micro, cluster, workload, links, computed.get(shape))

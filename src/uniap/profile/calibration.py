@@ -157,7 +157,9 @@ def _index(cluster: ClusterSpec) -> _Index:
 
 
 def _normal(s: Strategy) -> Strategy:
-    return Strategy(s.dp, s.tp, s.zero if s.dp > 1 else 0, s.recompute, s.sp)
+    """The profile's key of a strategy (cp kept: a profile measures no context parallelism, so a cp strategy finds
+    no record and is priced analytically)."""
+    return Strategy(s.dp, s.tp, s.zero if s.dp > 1 else 0, s.recompute, s.sp, cp=s.cp)
 
 
 def measured_layer_cost(cluster: ClusterSpec, layer, s: Strategy, micro_batch: int, workload):

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from uniap.errors import UniapError
 from uniap.spec.model import ModelConfig
+from uniap.strategies import Strategy
 
 SCHEMA = "uniap.profile/1"
 
@@ -97,8 +98,7 @@ def fitted_figures(doc: dict, config: ModelConfig, seq_len: int) -> dict:
         flops.setdefault(signature_id(layer.signature), layer.flops)
     best = None
     for rec in doc["layers"]:
-        s = rec["strategy"]
-        if rec["runs_as"] or rec["stage_size"] != 1 or s.get("recompute"):
+        if rec["runs_as"] or rec["stage_size"] != 1 or Strategy.from_json(rec["strategy"]).recompute != "none":
             continue
         f = flops.get(rec["signature"], 0.0)
         b, a = float(rec["fit"]["b"]), float(rec["fit"]["a"])
