@@ -7,9 +7,10 @@ from dataclasses import asdict, dataclass, replace
 from uniap.errors import UniapError
 
 # Activation recomputation of one layer, in order of what backward recomputes: nothing; the attention core
-# (scores, softmax, dropout: Korthikanti et al. 2022, Megatron-LM's --recompute-granularity selective); the
-# whole layer from its input (full).
-RECOMPUTE_LEVELS = ("none", "selective", "full")
+# (scores, softmax, dropout: Korthikanti et al. 2022, Megatron-LM's --recompute-granularity selective); every
+# element-wise operator and every second GEMM (torchtitan's selective activation checkpointing, "op" policy);
+# the whole layer from its input (full).
+RECOMPUTE_LEVELS = ("none", "selective", "selective-op", "full")
 
 
 @dataclass(frozen=True, order=True)
@@ -99,7 +100,7 @@ class Strategy:
         if self.etp > 1:
             parts.append(f"etp{self.etp}")
         if self.recompute != "none":
-            parts.append("rc" if self.full else "sel")
+            parts.append({"selective": "sel", "selective-op": "selop", "full": "rc"}[self.recompute])
         return "·".join(parts) or "single"
 
     def to_json(self) -> dict:

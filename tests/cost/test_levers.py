@@ -16,6 +16,7 @@ from uniap.solve.reference import solve_reference
 from uniap.spec import load_model
 from uniap.spec.cluster import load_cluster
 from uniap.spec.engine import Engine
+from uniap.spec.ops import Attention, Gemm
 from uniap.spec.workload import Workload
 from uniap.strategies import Strategy, context_degrees, enumerate_strategies
 
@@ -33,6 +34,7 @@ def test_strategy_json_names_the_level_and_reads_old_plans():
     s = Strategy(dp=2, tp=2, zero=1, recompute="selective", cp=2)
     assert s.devices == 8 and s.replicas == 4
     assert s.label() == "dp2·cp2·tp2·z1·sel"
+    assert Strategy(8, 1, recompute="selective-op").label() == "dp8·selop"
     data = s.to_json()
     assert data["recompute"] == "selective" and data["cp"] == 2
     assert Strategy.from_json(data) == s
@@ -57,6 +59,21 @@ def test_selective_drops_the_scores_and_reruns_the_attention_alone(llama):
     assert times["selective"] - times["none"] == pytest.approx(attention_fwd)
     assert times["none"] < times["selective"] < times["full"]
     assert disallowed(llama.layers[0], sel, 1) is not None  # the embedding has no attention core
+
+
+def test_op_policy_keeps_half_the_gemm_outputs_and_recomputes_the_rest(llama):
+    """torchtitan's op policy: between none and full in memory and time, and its recomputation is half of the GEMMs'
+    forward plus every element-wise forward."""
+    layer = block(llama)
+    cluster, workload = load_cluster("h100-80g:1x8"), Workload(8, 8192)
+    levels = ("none", "selective-op", "full")
+    mem = [activation_bytes_per_sample(layer, Strategy(1, 1, recompute=r), "bf16", True) for r in levels]
+    assert mem[0] > mem[1] > mem[2]
+    gemm_outputs = sum(2.0 * op.count * op.rows * op.n for op in layer.ops if isinstance(op, Gemm))
+    assert mem[1] - mem[2] == pytest.approx(gemm_outputs / 2 + sum(
+        op.queries * op.heads * (2.0 * op.head_dim + 4.0) for op in layer.ops if isinstance(op, Attention)))
+    times = [layer_compute(layer, Strategy(1, 1, recompute=r), 1, cluster, workload) for r in levels]
+    assert times[0] < times[1] < times[2]
 
 
 def test_context_parallelism_splits_tokens_and_shards_states_over_dp_cp(llama):

@@ -18,7 +18,9 @@
 - fp8 (Workload precision "fp8"): the blocks' GEMMs run at the device's fp8 peak and fp8 GEMM efficiency, and pay
   the scaled casts of their operands (input and weight in forward, the output gradient in backward) and the
   transposed fp8 copies Hopper's fp8 GEMMs need in backward, as memory-bound kernels (FP8_CAST below).
-- Selective recomputation (Korthikanti et al. 2022) runs each attention kernel's forward once more in backward.
+- Selective recomputation runs once more in backward: each attention kernel's forward (Korthikanti et al. 2022's
+  attention core), or under torchtitan's op policy every element-wise operator's forward and half of the GEMMs'
+  (it keeps the output of every second matmul and of the attention kernel, and recomputes the rest).
 - Every kernel pays a fixed gap on the device timeline; a layer call pays the device's dispatch overhead.
 """
 
@@ -254,17 +256,22 @@ def layer_time(device: DeviceType, engine: Engine, peak: float, layer: LayerSpec
 @functools.lru_cache(maxsize=1 << 16)
 def _layer_time(device: "_Figures", engine: Engine, peak: float, ops: tuple, flops: float, samples: float, tp: int,
                 sp: bool, recompute: str, act_scale: float, experts: tuple[int, int, float], fp8_peak: float) -> float:
-    fwd = bwd = attention_fwd = 0.0
+    fwd = bwd = attention_fwd = gemm_fwd = elementwise_fwd = 0.0
     for op in ops:
         f, b = op_times(device, engine, peak, op, samples, tp, sp, act_scale, experts, fp8_peak)
         fwd += f
         bwd += b
         if isinstance(op, Attention):
             attention_fwd += f
+        elif isinstance(op, (Gemm, GroupedGemm)):
+            gemm_fwd += f
+        else:
+            elementwise_fwd += f
     if not ops and flops > 0:  # a layer described by its FLOPs alone: one large GEMM's rate
         fwd = flops * samples / tp / (peak * device.gemm_efficiency)
         bwd = 2.0 * fwd
-    again = fwd if recompute == "full" else attention_fwd if recompute == "selective" else 0.0
+    again = {"none": 0.0, "selective": attention_fwd, "selective-op": gemm_fwd / 2 + elementwise_fwd,
+             "full": fwd}[recompute]
     return fwd + bwd + again + device.layer_overhead_s * (4.0 / 3.0 if recompute == "full" else 1.0)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from uniap.spec.model import LayerSpec
+from uniap.spec.ops import Attention, Gemm, GroupedGemm
 from uniap.strategies import Strategy
 
 # Model states per parameter, Rajbhandari et al. 2020 (ZeRO, §3.1): mixed-precision Adam keeps a
@@ -64,6 +65,8 @@ def activation_bytes_per_sample(layer: LayerSpec, s: Strategy, precision: str, f
     gathered input (DTensor's PrepareModuleInput). With full recompute only the layer input is kept
     (sharded over tp by sp). Selective recompute (Korthikanti et al. §5) keeps all but the attention core's
     scores, softmax and dropout (`act_scores`: nothing to drop under flash attention, which never keeps them).
+    torchtitan's op policy keeps the layer input, every second GEMM's output (half of the GEMM outputs' bytes)
+    and the attention kernel's output and log-sum-exp (`op_policy_bytes`), and recomputes the rest.
     Context parallelism divides all of it by cp: each device keeps the activations of its 1/cp of the tokens
     (the gathered keys and values are transient). The figures in LayerSpec are for 16-bit activations (fp8
     training included: its saved tensors are counted as bf16, an upper bound where an engine saves fp8 copies of
@@ -78,6 +81,25 @@ def activation_bytes_per_sample(layer: LayerSpec, s: Strategy, precision: str, f
     sp_div = s.tp if s.sp else 1
     if s.full:
         return scale * layer.act_input / sp_div
+    if s.recompute == "selective-op":
+        return scale * (layer.act_input / sp_div + op_policy_bytes(layer, s, imbalance))
     scores = 0.0 if flash_attention or s.recompute == "selective" else layer.act_scores / s.tp
     routed = (layer.act_routed * s.etp + layer.act_routed_etp) * imbalance / s.tp
     return scale * (layer.act_tp / s.tp + layer.act_other / sp_div + scores + routed)
+
+
+def op_policy_bytes(layer: LayerSpec, s: Strategy, imbalance: float = 1.0) -> float:
+    """Bytes per sample (16-bit) torchtitan's op policy saves beyond the layer input: half of the GEMM outputs
+    (every second matmul's) and each attention kernel's output (2 B per element) and log-sum-exp (4 B per query and
+    head). Column-parallel outputs and the attention's are split by tp; the others are replicated over tp unless
+    sp splits them; routed experts' outputs spread over the stage like their other activations."""
+    sp_div = s.tp if s.sp else 1
+    gemm_out = 0.0
+    for op in layer.ops:
+        if isinstance(op, GroupedGemm):
+            gemm_out += op.count * op.rows * op.topk * op.n * imbalance / s.tp
+        elif isinstance(op, Gemm):
+            gemm_out += op.count * op.rows * op.n / (s.tp if op.split == "n" else sp_div)
+    attention = sum(op.queries * op.heads / s.tp * (2.0 * (op.value_dim or op.head_dim) + 4.0)
+                    for op in layer.ops if isinstance(op, Attention))
+    return 2.0 * gemm_out / 2 + attention  # 2 B per output element, half of the outputs kept

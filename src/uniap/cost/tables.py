@@ -129,7 +129,7 @@ def disallowed(layer: LayerSpec, s: Strategy, micro_batch: int) -> str | None:
             (f" on each of cp {s.cp}" if s.cp > 1 else "")
     if s.recompute != "none" and layer.kind in NOT_RECOMPUTABLE:
         return f"{layer.name} ({layer.kind}) is not recomputed"
-    if s.recompute == "selective" and not any(isinstance(op, Attention) for op in layer.ops):
+    if s.recompute in ("selective", "selective-op") and not any(isinstance(op, Attention) for op in layer.ops):
         return f"{layer.name} has no attention core to recompute selectively"
     return None
 
@@ -210,7 +210,7 @@ def _context_exchange(layer: LayerSpec, s: Strategy, samples: float, cluster: Cl
 
     Each device gathers the keys and values of the other cp − 1 ranks' tokens (a ring of cp − 1 steps, Megatron-LM's
     p2p context parallelism; Llama 3's all-gather moves the same bytes) and backward returns their gradients and
-    circulates them again (twice the forward's bytes); a recomputed attention gathers once more. The ring overlaps
+    circulates them again (twice the forward's bytes); a recomputed attention kernel gathers once more. The ring overlaps
     each step's transfer with the attention of the chunk already held, so what the attention kernels' time covers
     of the cp − 1 steps is hidden (the first chunk has no transfer to hide)."""
     if s.cp == 1:
@@ -227,7 +227,7 @@ def _context_exchange(layer: LayerSpec, s: Strategy, samples: float, cluster: Cl
     fwd, bwd = attention_seconds(cluster.device, cluster.engine, peak, layer, samples, s.tp)
     hidden = (s.cp - 1) / s.cp
     exposed = max(0.0, gather - hidden * fwd) + max(0.0, 2 * gather - hidden * bwd)
-    if s.recompute != "none":
+    if s.recompute in ("selective", "full"):  # the op policy keeps the attention's output: nothing to gather again
         exposed += max(0.0, gather - hidden * fwd)
     return exposed
 
