@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime_cases import GQA, LLAMA, LR, equality_plans, family_plans, memory_plans, planned_gpt2
+from runtime_cases import GQA, LLAMA, LR, context_plans, equality_plans, family_plans, memory_plans, planned_gpt2
 
 
 @pytest.fixture(scope="session")
@@ -55,7 +55,7 @@ def equality_results(tmp_path_factory):
 @pytest.fixture(scope="session")
 def two_rank_results(equality_results, tmp_path_factory):
     """One 2-rank launch: resume the 4-rank checkpoint under another plan and world size; a GQA model; a tiny
-    Hugging Face decoder family under tensor parallelism."""
+    Hugging Face decoder family under tensor parallelism; context parallelism and selective recompute."""
     from uniap.runtime.job import TrainingJob as Job
     from uniap.runtime.launch import run_many
     from uniap.runtime.plans import uniform_plan
@@ -69,7 +69,7 @@ def two_rank_results(equality_results, tmp_path_factory):
                 checkpoint_dir=str(equality_results["_checkpoint_dir"])),
             Job(str(gqa_plan), steps=3, lr=LR, check=True)]
     names = ["resume", "gqa"]
-    for name, plan in family_plans().items():
+    for name, plan in {**family_plans(), **context_plans()}.items():
         path = root / f"{name}.json"
         plan.save(path)
         names.append(name)

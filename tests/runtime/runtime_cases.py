@@ -51,6 +51,7 @@ def tiny_family(folder: str) -> ModelConfig:
 
 
 TOL = 1e-5
+STANDARD = {"kernels": "eager", "attention": "standard"}  # the engine of the cpu preset: SDPA's math path
 LR = 0.05  # SGD: large enough that a wrong gradient visibly moves the parameters
 
 
@@ -111,6 +112,23 @@ def equality_plans():
         # ... and on different stages laid out differently (full gradients all-reduced over the pair groups)
         "tied-pp2-embed-dp2-zero3-head-tp2": (uniform_plan(TIED, 4, pp=2, tp=2, micro_batches=2,
                                                            per_layer={"embed": S(2, 1, 3)}), {}),
+        # selective recompute (the attention core) beside tp and ZeRO-3, in both attention kernels
+        "llama-dp2tp2-zero3-selective": (uniform_plan(LLAMA, 4, dp=2, tp=2, zero=3, recompute="selective",
+                                                      micro_batches=2), {}),
+        "gpt-dp4-selective-standard": (uniform_plan(GPT, 4, dp=4, recompute="selective", engine=STANDARD), {}),
+        # context parallelism: load-balanced chunks, keys and values all-gathered, causal mask by global position
+        "llama-cp4": (uniform_plan(LLAMA, 4, cp=4), {}),
+        "gpt-cp2-dp2-zero3": (uniform_plan(GPT, 4, dp=2, cp=2, zero=3, micro_batches=2), {}),  # learned positions
+        "llama-cp2-tp2": (uniform_plan(LLAMA, 4, tp=2, cp=2), {}),
+        "llama-cp2-tp2sp-selective": (uniform_plan(LLAMA, 4, tp=2, cp=2, sp=True, recompute="selective"), {}),
+        "gpt-pp2-cp2-1f1b": (uniform_plan(GPT, 4, pp=2, cp=2, micro_batches=2), {}),
+        # cp differs between the layers of one stage: re-laid out between them
+        "llama-mixed-cp": (uniform_plan(LLAMA, 4, dp=4, per_layer={
+            "block.0": S(1, 1, cp=4), "block.1": S(2, 1, 0, recompute="selective", cp=2),
+            "block.2": S(1, 2, sp=True, cp=2), "head": S(1, 4)}), {}),
+        # tied copies sharded over the same 4 replicas: dp4 (embedding) and dp2·cp2 (head)
+        "tied-embed-dp4-rest-dp2cp2": (uniform_plan(TIED, 4, dp=2, cp=2, zero=2, per_layer={"embed": S(4, 1, 2)}),
+                                       {}),
     }
 
 
@@ -140,6 +158,22 @@ def planned_gpt2(root: Path) -> Path:
                     "--cluster", "cpu:1x4", "--global-batch", "8", "--seq-len", "32", "--precision", "bf16", "--out", str(out),
                     "--format", "json"], check=True, capture_output=True, timeout=120)
     return out
+
+
+def context_plans():
+    """name -> 2-rank plan of context parallelism and selective recompute (the 2-rank launch checks each against
+    one process): rotary and learned positions, grouped-query attention, Gemma 3's sliding windows and q/k norms,
+    bf16, and selective recompute under each attention kernel."""
+    from uniap.runtime.plans import uniform_plan
+
+    gemma = tiny_family("gemma-3-4b")
+    return {"llama-cp2": uniform_plan(LLAMA, 2, cp=2),
+            "gpt-cp2-selective": uniform_plan(GPT, 2, cp=2, recompute="selective"),
+            "gqa-cp2-standard": uniform_plan(GQA, 2, cp=2, engine=STANDARD),
+            "gemma3-cp2-selective-standard": uniform_plan(gemma, 2, cp=2, micro_batches=2, seq_len=FAMILY_SEQ,
+                                                          recompute="selective", engine=STANDARD),
+            "llama-dp2-selective": uniform_plan(LLAMA, 2, dp=2, recompute="selective", micro_batches=2),
+            "bf16-llama-cp2": uniform_plan(LLAMA, 2, cp=2, precision="bf16")}
 
 
 def family_plans():

@@ -56,7 +56,8 @@ def test_resume_from_another_models_checkpoint_refused(tmp_path):
     (dict(global_batch=6, micro_batches=4), "does not split into 4 micro-batches"),
     (dict(global_batch=8, micro_batches=4, dp=4), r"does not split 4 ways \(dp\)"),
     (dict(tp=4, sp=True, seq_len=30), "sequence parallelism needs tp 4 to divide seq_len 30"),
-    (dict(precision="fp8"), "unknown precision 'fp8'"),
+    (dict(precision="fp8"), "precision fp8 is not supported by `uniap run`"),
+    (dict(precision="fp4"), "unknown precision 'fp4'"),
 ])
 def test_batch_errors(kwargs, message):
     with pytest.raises(UniapError, match=message):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from runtime_cases import GPT, LLAMA, TIED
@@ -64,17 +65,23 @@ def test_model_runs_and_chain_names():
     assert 5.0 < loss.item() < 7.5  # ≈ ln(512) at init
 
 
-def test_recompute_gives_the_same_gradients():
-    x, y = batch(0, 2, 16, GPT.vocab)
+@pytest.mark.parametrize("attention", ["flash", "standard"])
+def test_every_recompute_level_gives_the_same_gradients(attention):
+    from uniap.models.decoder import use_attention_kernel
+    from uniap.runtime.parallelize import apply_strategy
+
+    x, y = batch(0, 2, 16, LLAMA.vocab)
     grads = []
-    for rc in (False, True):
-        model = build_model(GPT)
+    for level in ("none", "selective", "full"):
+        model = build_model(LLAMA)
+        use_attention_kernel(model, attention)
         for _, layer in model.chain():
-            layer.recompute = rc
+            apply_strategy(layer, Strategy(1, 1, recompute=level), None)
         lm_loss(model(x), y).backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
-    for name in grads[0]:
-        torch.testing.assert_close(grads[0][name], grads[1][name], rtol=0, atol=1e-6)
+    for other in grads[1:]:
+        for name in grads[0]:
+            torch.testing.assert_close(grads[0][name], other[name], rtol=0, atol=1e-6)
 
 
 def test_data_is_a_function_of_step():

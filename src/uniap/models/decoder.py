@@ -19,7 +19,11 @@ so any process can build any subset of layers and get the same numbers.
 
 Attention is written so tensor parallelism can split it: separate q/k/v projections (column-split by
 heads) and an output projection (row-split); head counts are read from the local tensor shapes, and
-attention runs on local (per-rank) tensors with `F.scaled_dot_product_attention`.
+attention runs on local (per-rank) tensors with `F.scaled_dot_product_attention`. Its core (`Attention.core`:
+scores, softmax, ·V) is one function, so that selective recompute can checkpoint just it and context
+parallelism can gather keys and values inside it. The kernel is the plan's engine's (`use_attention_kernel`):
+flash (SDPA's fused kernel: on CPU `_scaled_dot_product_flash_attention_for_cpu`, which keeps no score matrix)
+or standard (SDPA's math path, which keeps softmax(QKᵀ) for backward, as the cost model charges it).
 
 The families differ only in ModelConfig options, each an option of the one block here: q/k/v, output and
 MLP biases; LayerNorm with or without bias, or RMSNorm; the MLP activation, gated or not; q/k norms (per
@@ -40,12 +44,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor, Partial
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint
 
 from uniap.errors import UniapError
@@ -210,24 +216,27 @@ class HeadNorm(nn.Module):
         return F.layer_norm(x, self.norm.normalized_shape, weight, bias, self.norm.eps)
 
 
-def _rope(x: torch.Tensor, fraction: float = 1.0, base: float = 10000.0) -> torch.Tensor:
+def _rope(x: torch.Tensor, fraction: float = 1.0, base: float = 10000.0,
+          positions: torch.Tensor | None = None) -> torch.Tensor:
     """Rotary position embedding on (B, T, heads, head_dim), half-split convention, over the first
-    `fraction` of each head (GPT-NeoX's partial rotary; the rest passes through)."""
+    `fraction` of each head (GPT-NeoX's partial rotary; the rest passes through). `positions`: the tokens'
+    positions in the whole sequence (context parallelism holds only some of them; default 0..T-1)."""
     _, t, _, d = x.shape
     rot = int(d * fraction) // 2 * 2
     half = rot // 2
     inv = 1.0 / (base ** (torch.arange(0, half, dtype=torch.float32, device=x.device) / half))
-    ang = torch.arange(t, dtype=torch.float32, device=x.device)[:, None] * inv[None, :]
+    pos = torch.arange(t, device=x.device) if positions is None else positions
+    ang = pos.to(torch.float32)[:, None] * inv[None, :]
     cos, sin = ang.cos().to(x.dtype)[:, None], ang.sin().to(x.dtype)[:, None]  # over the heads
     x1, x2, rest = x[..., :half], x[..., half:rot], x[..., rot:]
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos, rest], dim=-1)
 
 
-def _band(t: int, window: int, device) -> torch.Tensor:
-    """Causal sliding-window mask (True = attend): query i sees keys i-window+1 .. i."""
-    i = torch.arange(t, device=device)[:, None]
-    j = torch.arange(t, device=device)[None, :]
-    return (j <= i) & (i - j < window)
+def causal_mask(queries: torch.Tensor, keys: torch.Tensor, window: int = 0) -> torch.Tensor:
+    """(queries, keys) mask of True = attend from the tokens' positions in the sequence: query i sees keys j ≤ i,
+    and with a sliding `window` only i-window+1 .. i."""
+    i, j = queries[:, None], keys[None, :]
+    return (j <= i) & (i - j < window) if window else j <= i
 
 
 def each_projection(x: torch.Tensor, linears: tuple[nn.Linear, ...]) -> tuple[torch.Tensor, ...]:
@@ -249,6 +258,9 @@ class Attention(nn.Module):
         self.v = nn.Linear(h, config.n_kv_heads * hd, bias=config.qkv_bias)
         self.o = nn.Linear(config.heads * hd, h, bias=config.out_bias)
         self.project = each_projection
+        self.recompute_core = False  # selective recompute: `core` under activation checkpointing
+        self.standard = False  # the standard attention kernel, which keeps the scores (`use_attention_kernel`)
+        self.sequence = None  # context parallelism: this rank's part of the sequence (runtime/context_parallel.py)
         self.qk_norm = config.qk_norm
         if self.qk_norm == "head":  # one head_dim-wide norm shared by the heads (Qwen3, Gemma 3)
             self.q_norm, self.k_norm = HeadNorm(config), HeadNorm(config)
@@ -272,18 +284,43 @@ class Attention(nn.Module):
         if self.qk_norm in ("head", "heads"):
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope:
-            q, k = _rope(q, self.rotary_fraction), _rope(k, self.rotary_fraction)
+            positions = None if self.sequence is None else self.sequence.positions(t, x.device)
+            q, k = _rope(q, self.rotary_fraction, positions=positions), _rope(k, self.rotary_fraction,
+                                                                                positions=positions)
+        if self.recompute_core and torch.is_grad_enabled():
+            y = checkpoint(self.core, q, k, v, use_reentrant=False)
+        else:
+            y = self.core(q, k, v)
+        return self.o(y.transpose(1, 2).reshape(b, t, -1))
+
+    def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """The attention core, softmax(QKᵀ/√d)·V on (B, T, heads, head_dim) queries, keys and values; returns
+        (B, heads, T, head_dim). What selective recompute recomputes (Korthikanti et al. 2022): under it only
+        these inputs are kept, not the scores, nor the keys and values that context parallelism gathers or that
+        grouped-query attention repeats."""
+        t = q.shape[1]
+        mask = None
+        if self.sequence is not None:
+            k, v = self.sequence.gather(k, v)
+            mask = causal_mask(self.sequence.positions(t, q.device), self.sequence.key_positions(t, q.device),
+                               self.window)
+        elif 0 < self.window < t:
+            positions = torch.arange(t, device=q.device)
+            mask = causal_mask(positions, positions, self.window)
         q, k, v = (y.transpose(1, 2) for y in (q, k, v))
         if k.shape[1] != q.shape[1]:  # grouped-query attention
             rep = q.shape[1] // k.shape[1]
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)
-        if 0 < self.window < t:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=_band(t, self.window, x.device))
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        y = y.transpose(1, 2).reshape(b, t, -1)
-        return self.o(y)
+        with sdpa_kernel(SDPBackend.MATH) if self.standard else nullcontext():
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
+
+
+def use_attention_kernel(module: nn.Module, attention: str) -> None:
+    """Run every attention under `module` with the engine's kernel: "flash" (the default) or "standard"."""
+    for m in module.modules():
+        if isinstance(m, Attention):
+            m.standard = attention == "standard"
 
 
 class _GatedActivation(torch.autograd.Function):
@@ -493,11 +530,15 @@ class Embed(Layer):
         super().__init__()
         self.tok = nn.Embedding(config.vocab, config.hidden)
         self.pos = nn.Embedding(config.max_seq, config.hidden) if config.learned_positions else None
+        self.sequence = None  # context parallelism: the tokens' positions (runtime/context_parallel.py)
 
     def _forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.tok(tokens)
         if self.pos is not None:
-            x = x + self.pos(torch.arange(tokens.shape[1], device=tokens.device))
+            t = tokens.shape[1]
+            positions = torch.arange(t, device=tokens.device) if self.sequence is None else \
+                self.sequence.positions(t, tokens.device)
+            x = x + self.pos(positions)
         return x
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,9 @@ from uniap.runtime.precision import precision_of
 from uniap.spec.model import ModelConfig
 from uniap.strategies import Strategy
 
+# torchtitan's op policy ("selective-op") is priced but not run
+RUN_RECOMPUTE = ("none", "selective", "full")
+
 
 @dataclass(frozen=True)
 class RunShape:
@@ -32,6 +35,7 @@ class RunShape:
     schedule: str  # the schedule actually run ("gpipe", "1f1b" or "interleaved-1f1b")
     virtual_stages: int = 1  # chunks per stage (interleaved 1F1B)
     precision: str = "fp32"  # the plan's workload precision: "fp32", "bf16" or "fp16" (see precision.py)
+    attention: str = "flash"  # the attention kernel of the plan's engine (plans without one: flash)
 
     def strategy(self, layer: int) -> Strategy:
         return self.plan.layers[layer].strategy
@@ -77,8 +81,16 @@ def check_plan(plan: Plan, world_size: int) -> RunShape:
         if mb % st.dp:
             raise UniapError(f"layer {layer.name}: micro-batch of {mb} samples (global batch {gb} / {c} micro-batches) "
                              f"does not split {st.dp} ways (dp)")
-        if st.sp and seq_len % st.tp:
-            raise UniapError(f"layer {layer.name}: sequence parallelism needs tp {st.tp} to divide seq_len {seq_len}")
+        if st.recompute not in RUN_RECOMPUTE:
+            raise UniapError(f"layer {layer.name}: recompute {st.recompute!r} is not supported by `uniap run` "
+                             f"(it runs {', '.join(RUN_RECOMPUTE)})")
+        if seq_len % (2 * st.cp):
+            raise UniapError(f"layer {layer.name}: context parallelism cuts seq_len {seq_len} into 2·cp = "
+                             f"{2 * st.cp} equal chunks, which it does not divide into")
+        if st.sp and seq_len // st.cp % st.tp:
+            per_rank = f" / cp {st.cp} = {seq_len // st.cp}" if st.cp > 1 else ""
+            raise UniapError(f"layer {layer.name}: sequence parallelism needs tp {st.tp} to divide seq_len "
+                             f"{seq_len}{per_rank}")
         if st.tp > 1:
             if layer.name == "embed" or layer.name == "head":
                 need = {"vocab": config.vocab}
@@ -92,6 +104,7 @@ def check_plan(plan: Plan, world_size: int) -> RunShape:
                     raise UniapError(f"layer {layer.name}: tp {st.tp} does not divide {what} {size}")
     precision = precision_of(str(plan.workload.get("precision", "fp32"))).name
     _check_experts(plan, config, precision)
+    engine = plan.engine
     pp = int(plan.pipeline["degree"])
     schedule = str(plan.pipeline["schedule"])
     if schedule == "1f1b" and c < pp:
@@ -101,7 +114,8 @@ def check_plan(plan: Plan, world_size: int) -> RunShape:
                          f"pipeline degree ({pp})")
     return RunShape(plan=plan, config=config, world=world_size, pp=pp, stage_size=stage_size, global_batch=gb,
                     micro_batches=c, micro_batch=mb, seq_len=seq_len, schedule=schedule,
-                    virtual_stages=plan.virtual_stages, precision=precision)
+                    virtual_stages=plan.virtual_stages, precision=precision,
+                    attention=engine.attention if engine is not None else "flash")
 
 
 def _check_experts(plan: Plan, config: ModelConfig, precision: str) -> None:
@@ -122,5 +136,8 @@ def _check_experts(plan: Plan, config: ModelConfig, precision: str) -> None:
         if st.tp > 1:
             raise UniapError(f"layer {layer.name}: tp {st.tp} on an MoE block is not supported by `uniap run` "
                              f"(its experts regroup data-parallel ranks only)")
+        if st.cp > 1:
+            raise UniapError(f"layer {layer.name}: cp {st.cp} on an MoE block is not supported by `uniap run` "
+                             f"(its load-balancing loss and expert groups need whole sequences)")
         if config.experts % st.ep:
             raise UniapError(f"layer {layer.name}: ep {st.ep} does not divide the {config.experts} experts")

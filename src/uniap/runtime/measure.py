@@ -10,7 +10,8 @@ Memory:
   static = local parameter + gradient + optimizer-state bytes (shards only, after a step)
   + peak saved activations = the largest total, over the run, of bytes autograd keeps for backward
   for the micro-batches in flight (measured with `torch.autograd.graph.saved_tensors_hooks`,
-  deduplicated by storage, parameter storages excluded; a recomputed layer keeps only its input; a
+  deduplicated by storage, parameter storages excluded; a recomputed layer keeps only its input, a block under
+  selective recompute its attention core's inputs instead of what the core keeps; a
   collective's output not yet waited on, e.g. a tensor-parallel embedding's all-reduced output that the first
   block's norm keeps, by the buffer it fills). Temporaries inside one operator and communication buffers are not
   counted.

@@ -2,11 +2,15 @@
 
 `apply_strategy` is the one place a layer gets its intra-layer strategy, for the runtime and for the
 profiler alike: tensor parallelism over mesh["tp"] (tp > 1), then an MoE block's expert parallelism (ep > 1,
-`experts.py`), then the recomputation flag, then data parallelism over mesh["dp"] (dp > 1) with its ZeRO
-level. Between consecutive layers of a slice, activations are re-laid out (`relayout.py`); a slice's input
+`experts.py`), then context parallelism over its cp group (cp > 1, `context_parallel.py`), then the
+recomputation level (full: the whole layer checkpointed; selective: a block's attention core; the embedding has
+nothing to recompute from and the head has no attention, so selective leaves them as they are), then data
+parallelism over mesh["dp"], the dp·cp replicas (dp·cp > 1), with its ZeRO level. Between consecutive layers
+of a slice, activations are re-laid out (`relayout.py`; also between layers of different cp); a slice's input
 arrives in the layout of the previous chunk's last layer (chunk 0 gets the whole micro-batch of tokens on
-every rank). Under the interleaved schedule a rank runs v slices ("chunks"), chunk j of the chain on stage
-j mod P.
+every rank, and the embedding takes its rows and sequence chunks from it). Every attention runs the kernel of
+the plan's engine (`decoder.use_attention_kernel`). Under the interleaved schedule a rank runs v slices
+("chunks"), chunk j of the chain on stage j mod P.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
-from uniap.models.decoder import DecoderSlice, configure_aux_losses
+from uniap.models.decoder import Block, DecoderSlice, configure_aux_losses, use_attention_kernel
 from uniap.runtime.checks import RunShape
+from uniap.runtime.context_parallel import apply_context_parallel
 from uniap.runtime.data_parallel import apply_data_parallel
 from uniap.runtime.experts import apply_expert_parallel, expert_parameters
 from uniap.runtime.mesh import Topology
@@ -61,19 +66,24 @@ class RankLayers(nn.Module):
 
 def apply_strategy(layer: nn.Module, strategy: Strategy, mesh: DeviceMesh | None,
                    precision: Precision = FP32, *, backward_follows: bool = False,
-                   expert_mesh: DeviceMesh | None = None) -> nn.Module:
+                   expert_mesh: DeviceMesh | None = None, context_group=None) -> nn.Module:
     """Lay `layer` out as `strategy` says on `mesh` and compute in `precision`; returns the layer (modified in
-    place). `mesh`: a ("dp", "tp") mesh of strategy.devices ranks; for one rank None in fp32, a one-rank ("dp",)
-    mesh in mixed precision (every mixed layer gets FSDP2's casting, see `precision.py`). backward_follows: ZeRO-3
-    keeps the layer's parameters gathered from forward to backward (the chain's ends; see `data_parallel.py`).
-    `expert_mesh`: the ("edp", "ep") mesh of an MoE block with ep > 1, whose routed experts it spreads
-    (`experts.py`) and leaves out of the dp sync."""
+    place). `mesh`: a ("dp", "tp") mesh of strategy.devices ranks, "dp" the dp·cp replicas; for one rank None in
+    fp32, a one-rank ("dp",) mesh in mixed precision (every mixed layer gets FSDP2's casting, see
+    `precision.py`). backward_follows: ZeRO-3 keeps the layer's parameters gathered from forward to backward (the
+    chain's ends; see `data_parallel.py`). `expert_mesh`: the ("edp", "ep") mesh of an MoE block with ep > 1,
+    whose routed experts it spreads (`experts.py`) and leaves out of the dp sync. `context_group`: the cp ranks
+    of this rank when cp > 1."""
     if strategy.tp > 1:
         apply_tensor_parallel(layer, mesh["tp"], sp=strategy.sp)
     if strategy.ep > 1:
         apply_expert_parallel(layer, expert_mesh)
+    if strategy.cp > 1:
+        apply_context_parallel(layer, context_group)
     layer.recompute = strategy.full
-    if strategy.dp > 1 or precision.mixed:
+    if isinstance(layer, Block):
+        layer.attn.recompute_core = strategy.recompute == "selective"
+    if strategy.replicas > 1 or precision.mixed:
         apply_data_parallel(layer, mesh["dp"], strategy.zero, precision.policy, backward_follows=backward_follows,
                             apart=expert_parameters(layer) if strategy.ep > 1 else frozenset())
     return layer
@@ -84,10 +94,10 @@ def layer_layouts(shape: RunShape, index: int) -> tuple[Layout, Layout]:
     sequence slices, the head takes them and returns replicated logits; the embedding's output is replicated
     (see tensor_parallel.py)."""
     st = shape.strategy(index)
-    plain = Layout(st.dp, st.tp)
+    plain = Layout(st.dp, st.tp, cp=st.cp)
     if not st.sp or index == 0:
         return plain, plain
-    sliced = Layout(st.dp, st.tp, seq=True)
+    sliced = Layout(st.dp, st.tp, seq=True, cp=st.cp)
     return (sliced, plain) if index == shape.config.layers + 1 else (sliced, sliced)
 
 
@@ -115,11 +125,13 @@ def _build_chunk(shape: RunShape, topo: Topology, seed: int, device: torch.devic
                  precision: Precision, one_rank: DeviceMesh | None, aux_loss_coef: float | None) -> BuiltChunk:
     first, last = shape.chunk_range(chunk)
     module = DecoderSlice(shape.config, first, last, seed).to(device)
+    use_attention_kernel(module, shape.attention)
     for index, layer in module.chain():
         st = shape.strategy(index)
-        apply_strategy(layer, st, topo.mesh(st.dp, st.tp) if st.devices > 1 else one_rank, precision,
+        apply_strategy(layer, st, topo.mesh(st.replicas, st.tp) if st.devices > 1 else one_rank, precision,
                        backward_follows=index in (0, shape.config.layers + 1),  # embedding, head
-                       expert_mesh=topo.expert_mesh(st.edp, st.ep) if st.ep > 1 else None)
+                       expert_mesh=topo.expert_mesh(st.edp, st.ep) if st.ep > 1 else None,
+                       context_group=topo.context_group(st.dp, st.cp, st.tp) if st.cp > 1 else None)
     configure_aux_losses(module, aux_loss_coef, shape.global_batch)
     in_layout = chunk_input_layout(shape, chunk)
     layouts = {index: layer_layouts(shape, index) for index in range(first, last + 1)}

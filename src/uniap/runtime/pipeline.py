@@ -7,9 +7,10 @@ stage, position p) with static shapes, driven by `ScheduleGPipe`, `Schedule1F1B`
 over the micro-batches (the same arithmetic without P2P machinery).
 
 The loss each rank back-propagates is its share of the global mean: the cross-entropy summed over
-the tokens of its own rows of the micro-batch, divided by global_batch × seq_len. Summed over the
-micro-batches and the head's dp groups this is the global mean loss, so no later scaling is needed
-(schedules run with scale_grads=False; data parallelism sums gradients).
+the tokens the head holds on it (its rows of the micro-batch; under context parallelism, its chunks of their
+sequences), divided by global_batch × seq_len. Summed over the micro-batches and the head's dp·cp groups
+this is the global mean loss, so no later scaling is needed (schedules run with scale_grads=False; data
+parallelism sums gradients).
 
 A tied embedding's two copies have their gradients summed once the step's backward is done (`tied.py`); then, in
 fp16, the gradients are unscaled or the step skipped (`precision.LossScaler`). Activations travel between stages in
@@ -28,6 +29,7 @@ from uniap.runtime.measure import ActivationMeter, StageTimer
 from uniap.runtime.mesh import Topology
 from uniap.runtime.parallelize import BuiltStage
 from uniap.runtime.precision import LossScaler, precision_of
+from uniap.runtime.relayout import local_part
 from uniap.runtime.tied import build_tied_gradients
 
 
@@ -38,9 +40,7 @@ def make_loss_fn(shape: RunShape, built: BuiltStage, position: int, scaler: Loss
     denominator = shape.global_batch * shape.seq_len
 
     def loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        rows = targets.shape[0] // head.dp
-        i = head.block(position)
-        share = lm_loss(logits, targets[i * rows:(i + 1) * rows], denominator)
+        share = lm_loss(logits, local_part(targets, head, position), denominator)
         return share if scaler is None else share * scaler.scale
 
     return loss

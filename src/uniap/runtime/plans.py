@@ -29,14 +29,16 @@ def _even_split(n: int, parts: int) -> list[int]:
 
 
 def uniform_plan(config: ModelConfig, world: int, *, pp: int = 1, dp: int | None = None, tp: int | None = None,
-                 zero: int = 0, recompute: bool = False, sp: bool = False, micro_batches: int = 1,
+                 zero: int = 0, recompute: bool | str = False, sp: bool = False, micro_batches: int = 1,
                  schedule: str = "1f1b", global_batch: int = 8, seq_len: int = 32,
                  stage_layers: list[int] | None = None,
                  per_layer: dict[int | str, Strategy | dict] | None = None, precision: str = "fp32",
-                 virtual_stages: int = 1) -> Plan:
+                 virtual_stages: int = 1, cp: int = 1, engine: dict | None = None) -> Plan:
     """A valid Plan for `world` ranks.
 
-    dp × tp must equal world / pp (give one and the other follows; neither: pure data parallel).
+    dp × cp × tp must equal world / pp (give dp or tp and the other follows; neither: data parallel over what cp
+    leaves). `recompute`: a level of `strategies.RECOMPUTE_LEVELS` (or a bool: full or none). `engine`: the
+    cluster's engine entry ({"attention": "standard"}, ...; None: none recorded, the runtime runs flash).
     `stage_layers`: layers per stage (sums to layers + 2) — per chunk under the interleaved schedule
     (`virtual_stages` v > 1: pp·v counts, chunk j on stage j mod pp). `per_layer`: {chain index or layer name:
     Strategy or a dict of fields to change from the default strategy}, for mixed plans.
@@ -44,20 +46,23 @@ def uniform_plan(config: ModelConfig, world: int, *, pp: int = 1, dp: int | None
     check_supported(config)
     if pp < 1 or world % pp:
         raise UniapError(f"pipeline degree {pp} does not divide world size {world}")
-    d = world // pp
+    size = world // pp  # ranks per stage
+    if cp < 1 or size % cp:
+        raise UniapError(f"cp {cp} does not divide the {size} ranks of a stage")
+    d = size // cp  # what dp × tp share
     if dp is None and tp is None:
         dp, tp = d, 1
     elif dp is None:
         if d % tp:
-            raise UniapError(f"tp {tp} does not divide the {d} ranks of a stage")
+            raise UniapError(f"tp {tp} does not divide the {d} ranks of a stage per cp rank")
         dp = d // tp
     elif tp is None:
         if d % dp:
-            raise UniapError(f"dp {dp} does not divide the {d} ranks of a stage")
+            raise UniapError(f"dp {dp} does not divide the {d} ranks of a stage per cp rank")
         tp = d // dp
     if dp * tp != d:
-        raise UniapError(f"dp {dp} × tp {tp} != {d} ranks per stage")
-    default = Strategy(dp=dp, tp=tp, zero=zero if dp > 1 else 0, recompute=recompute, sp=sp and tp > 1)
+        raise UniapError(f"dp {dp} × cp {cp} × tp {tp} != {d * cp} ranks per stage")
+    default = Strategy(dp=dp, tp=tp, zero=zero if dp * cp > 1 else 0, recompute=recompute, sp=sp and tp > 1, cp=cp)
     names = layer_names(config)
     n = len(names)
     pieces = pp * virtual_stages
@@ -84,12 +89,13 @@ def uniform_plan(config: ModelConfig, world: int, *, pp: int = 1, dp: int | None
     stages = []
     for s in range(pp):
         mine = tuple(ranges[s::pp])
-        stages.append(StagePlan(index=s, ranks=tuple(range(s * d, (s + 1) * d)), layers=(mine[0][0], mine[-1][1]),
+        stages.append(StagePlan(index=s, ranks=tuple(range(s * size, (s + 1) * size)), layers=(mine[0][0], mine[-1][1]),
                                 chunks=mine if virtual_stages > 1 else ()))
     plan = Plan(
         model={"name": config.name, "layers": n, "parameters": decoder_parameters(config), "seq_len": seq_len,
                "config": config.to_json()},
-        cluster={"name": "local", "devices": world, "nodes": 1, "devices_per_node": world},
+        cluster={"name": "local", "devices": world, "nodes": 1, "devices_per_node": world,
+                 **({"engine": engine} if engine is not None else {})},
         workload={"global_batch": global_batch, "seq_len": seq_len, "precision": precision},
         pipeline={"degree": pp, "micro_batches": micro_batches, "schedule": schedule,
                   "virtual_stages": virtual_stages},

@@ -43,6 +43,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy
 
 from uniap.errors import UniapError
 from uniap.models.decoder import local_tensor
+from uniap.runtime.mesh import new_groups
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -92,6 +93,11 @@ class Precision:
 
 
 def precision_of(name: str) -> Precision:
+    """The plan's precision as the runtime computes it; fp8 is refused: its GEMMs need fp8 tensor cores (H100
+    class, through torchao or Transformer Engine), which CPUs lack and this runtime does not drive."""
+    if name == "fp8":
+        raise UniapError("precision fp8 is not supported by `uniap run`: it has no fp8 GEMMs (CPUs have none); "
+                         "plan in bf16 to run it")
     if name not in DTYPES:
         raise UniapError(f"unknown precision {name!r} (choose from {', '.join(DTYPES)})")
     return Precision(name)
@@ -102,11 +108,7 @@ FP32 = Precision("fp32")
 
 def single_rank_mesh(rank: int, world: int, device_type: str) -> DeviceMesh:
     """This rank's one-rank ("dp",) mesh. Collective: every rank creates every rank's group, in rank order."""
-    mine = None
-    for r in range(world):
-        group = dist.new_group([r])
-        if r == rank:
-            mine = group
+    mine = new_groups([[r] for r in range(world)], rank)
     return DeviceMesh.from_group(mine, device_type, mesh_dim_names=("dp",))
 
 

@@ -9,7 +9,7 @@ pipeline stage.
 - Both layers on this rank's stage (pp == 1): the sum is formed on the rank.
 - On different stages: the rank at position p of the first stage and the rank at position p of the last stage
   form a pair group and all-reduce.
-- When the two layers have the same (dp, tp, zero), the rank at position p holds the same rows of both copies
+- When the two layers have the same (dp·cp, tp, zero), the rank at position p holds the same rows of both copies
   (tensor and data parallelism both shard the vocabulary dimension), so the local shards are summed directly.
   Otherwise each copy's gradient is gathered to the full matrix over its layer's mesh, the full matrices are
   summed, and every copy keeps its own shard of the sum.
@@ -22,12 +22,12 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from uniap.runtime.checks import RunShape
-from uniap.runtime.mesh import Topology
+from uniap.runtime.mesh import Topology, new_groups
 
 
 def _layout_key(shape: RunShape, index: int) -> tuple[int, int, int]:
     st = shape.strategy(index)
-    return st.dp, st.tp, st.zero
+    return st.replicas, st.tp, st.zero  # the (dp·cp, tp) mesh and ZeRO level that shard the weight
 
 
 class TiedGradients:
@@ -73,10 +73,7 @@ def build_tied_gradients(shape: RunShape, topo: Topology, module: torch.nn.Modul
     pair = None
     if shape.pp > 1:
         first, last = shape.plan.stages[0].ranks, shape.plan.stages[-1].ranks
-        for p in range(shape.stage_size):
-            group = dist.new_group(sorted((first[p], last[p])))
-            if topo.rank in (first[p], last[p]):
-                pair = group
+        pair = new_groups([[first[p], last[p]] for p in range(shape.stage_size)], topo.rank)
     copies = []
     if getattr(module, "embed", None) is not None:
         copies.append(module.embed.tok.weight)

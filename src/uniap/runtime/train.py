@@ -43,7 +43,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 
 from uniap.errors import UniapError
-from uniap.models.decoder import build_model, configure_aux_losses, lm_loss, take_aux_losses
+from uniap.models.decoder import build_model, configure_aux_losses, lm_loss, take_aux_losses, use_attention_kernel
 from uniap.plan import Plan
 from uniap.runtime import checkpoint as ckpt
 from uniap.runtime import data as data_mod
@@ -129,11 +129,12 @@ def _full_params(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 def reference(shape: RunShape, steps: int, *, seed: int, lr: float, data: str | None,
               device: torch.device, optimizer: str = "sgd", one_rank: DeviceMesh | None = None,
               aux_loss_coef: float | None = None) -> tuple[list[float], dict[str, torch.Tensor]]:
-    """One-process training on the same data and seed, in the plan's precision: losses per step (with the MoE
-    blocks' load-balancing losses) and final parameters. Mixed precision needs `one_rank`, this rank's one-rank
-    mesh: the whole model is `replicate`d over it with the runtime's casting (see precision.py)."""
+    """One-process training on the same data and seed, in the plan's precision and attention kernel: losses per
+    step (with the MoE blocks' load-balancing losses) and final parameters. Mixed precision needs `one_rank`, this
+    rank's one-rank mesh: the whole model is `replicate`d over it with the runtime's casting (see precision.py)."""
     precision = precision_of(shape.precision)
     model = build_model(shape.config, seed).to(device)
+    use_attention_kernel(model, shape.attention)
     configure_aux_losses(model, aux_loss_coef)
     if precision.mixed:
         apply_data_parallel(model, one_rank, 0, precision.policy)
