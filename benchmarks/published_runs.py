@@ -2,10 +2,12 @@
 benchmarks/data/published_runs.yaml (Megatron-LM, torchtitan, llm-foundry, … — each row names its source).
 
 Every row is costed as its source describes it (hardware, engine kernels and attention, tp/pp/dp, ZeRO,
-micro-batch, recompute) with `estimate_uniform` — the same function as `uniap estimate`; no per-row
-factors. Rows whose setting the model cannot represent (fp8, context parallelism, selective recomputation, a
-configuration the source does not state — the interleaved schedule's virtual stages included) are listed with
-the reason and not costed.
+micro-batch, recompute, context parallelism, fp8) with `estimate_uniform` — the same function as `uniap
+estimate`; no per-row factors. Selective recomputation is priced as the engine runs it: Megatron-LM / NeMo's
+(`recompute_modules` unset or [core_attn]) as the attention core, torchtitan's `selective_ac_option: "op"` as its
+op policy (`selective-op`). Rows whose setting the model cannot represent (torchtitan's every-N-th-layer
+checkpointing with N unstated, a configuration the source does not state — the interleaved schedule's virtual
+stages included) are listed with the reason and not costed.
 
 Mixture-of-experts rows (model.experts > 0, with config.ep / config.etp) are costed the same way, on their own:
 the architecture is the stored Hugging Face config (or zoo preset) the row's `hf_config` names, so gpt-oss keeps
@@ -20,10 +22,12 @@ Their split is fixed by the rule in the data file's MoE block.
 
 The rows carry a fixed `split`, chosen before anything was fitted: the constants marked "fitted" in
 spec/cluster.py may be fitted on the calibration rows only (`--fit` searches them and prints the best);
-the validation rows never enter a fit, and their error is reported on its own.
+the validation rows never enter a fit, and their error is reported on its own. The fp8 GEMM efficiency is fitted
+after the others, on the fp8 calibration rows alone, with the bf16 constants held at their fitted values.
 
     python benchmarks/published_runs.py           # both tables; exit 1 if a row misses by > --tolerance
     python benchmarks/published_runs.py --fit     # grid search of the fitted constants on calibration rows
+    python benchmarks/published_runs.py --versus-planner   # + how much faster `uniap plan`'s plan is (same model)
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import yaml
 
 from uniap.errors import UniapError
 from uniap.estimate import estimate_uniform
+from uniap.planner import plan_search
 from uniap.spec import load_model
 from uniap.spec.cluster import DEVICE_TYPES, ClusterSpec
 from uniap.spec.engine import Engine
@@ -82,20 +87,28 @@ class Row:
         if self.is_moe:
             why = self.moe_skip_reasons()
             return "MoE: " + "; ".join(why) if why else None
-        if c.get("precision") == "fp8":
-            return "fp8 training is not modelled"
-        if (c.get("cp") or 1) > 1:
-            return "context parallelism is not modelled"
         if c["pp"] > 1 and c.get("virtual_stages") is None:
             return "the source does not state the interleaved schedule's virtual stages"
-        if c.get("recompute") == "selective":
-            return "selective recomputation is not modelled (a layer recomputes all or nothing)"
+        if c.get("fp8_recipe") == "torchao-rowwise":
+            return "fp8 with row-wise scaling is not modelled (its GEMMs and casts are priced as tensor-wise)"
+        if c.get("recompute") == "selective" and self.recompute_level() is None:
+            return "the source does not state which selective recomputation (torchtitan: per op or every N-th layer)"
         unstated = [k for k in ("zero", "recompute") if c.get(k) is None]
         unstated += [k for k in ("kernels", "attention") if d.get(k) is None]
         if unstated:
             return f"the source does not state {', '.join(unstated)}"
         return None
 
+
+    def recompute_level(self) -> str | None:
+        """The row's recompute as a Strategy level (None: a selective kind the source leaves unstated)."""
+        c = self.config
+        if c.get("recompute") != "selective":
+            return c.get("recompute")
+        if self.data["engine"] == "torchtitan":
+            return "selective-op" if c.get("selective_ac_option") == "op" else None
+        modules = c.get("recompute_modules")
+        return "selective" if modules in (None, ["core_attn"]) else None
 
     def moe_skip_reasons(self) -> list[str]:
         """Everything that keeps an MoE row (model.experts > 0; config.ep, config.etp) from being costed. Settings
@@ -174,7 +187,10 @@ def cluster_of(row: Row, device_overrides: dict | None = None) -> ClusterSpec:
     if device_overrides:
         device = replace(device, **device_overrides.get(row.data["hardware"], {}), **device_overrides.get("*", {}))
     per_node = int(row.data.get("gpus_per_node") or 8)
-    engine = Engine(kernels=row.data["kernels"], attention=row.data["attention"])
+    # torchtitan attends through PyTorch SDPA (FlashAttention-2) with or without torch.compile
+    attention = "sdpa" if row.data["engine"] == "torchtitan" and row.data["attention"] == "flash" else \
+        row.data["attention"]
+    engine = Engine(kernels=row.data["kernels"], attention=attention, tp_overlap=bool(row.config.get("tp_comm_overlap")))
     return ClusterSpec(name=f"{row.data['hardware']}:{row.data['gpus'] // per_node}x{per_node}",
                        nodes=row.data["gpus"] // per_node, devices_per_node=per_node, device=device, engine=engine)
 
@@ -195,18 +211,36 @@ def measured_time(row: Row) -> float:
     raise UniapError(f"{row.id}: no formula for metric {me['metric']!r}")
 
 
+def row_setting(row: Row, device_overrides: dict | None = None) -> tuple[ModelSpec, ClusterSpec, Workload]:
+    """The model, cluster (with the row's engine) and workload a dense row is costed on."""
+    c = row.config
+    model = build_layers(model_of(row), row.data["model"]["seq_len"])
+    precision = "bf16" if c.get("precision") in (None, "bf16") else c["precision"]
+    return model, cluster_of(row, device_overrides), Workload(c["global_batch"], model.seq_len, precision)
+
+
+def planner_speedup(row: Row, hand_s: float, time_limit: float) -> tuple[float, str]:
+    """(hand layout's predicted time / the planner's, the planner's plan in brief) under the same cost model."""
+    model, cluster, workload = row_setting(row)
+    try:
+        plan = plan_search(model, cluster, workload, time_limit=time_limit, workers=1)
+    except UniapError as exc:
+        return math.nan, str(exc)[:40]
+    blocks = {layer.strategy.label() for layer in plan.layers if layer.name.startswith("block")}
+    brief = f"pp{plan.pipeline['degree']} " + ",".join(sorted(blocks))
+    return hand_s / plan.predicted["iteration_time_s"], brief
+
+
 def predict(row: Row, device_overrides: dict | None = None) -> tuple[float, bool, float]:
     """(predicted seconds per iteration, fits in memory, predicted MFU)."""
     c = row.config
-    model = build_layers(model_of(row), row.data["model"]["seq_len"])
-    cluster = cluster_of(row, device_overrides)
-    precision = "bf16" if c.get("precision") in (None, "bf16") else c["precision"]
-    workload = Workload(c["global_batch"], model.seq_len, precision)
+    model, cluster, workload = row_setting(row, device_overrides)
     v = int(c.get("virtual_stages") or 1) if c["pp"] > 1 else 1
     plan = estimate_uniform(model, cluster, workload, tp=c["tp"], pp=c["pp"], dp=c["dp"], zero=c["zero"],
-                            micro_batch_size=c.get("micro_batch_size") or 1, recompute=c["recompute"] == "full",
+                            micro_batch_size=c.get("micro_batch_size") or 1, recompute=row.recompute_level(),
                             sequence_parallel=bool(c.get("sequence_parallel")) and c["tp"] > 1,
-                            schedule="interleaved-1f1b" if v > 1 else "1f1b", virtual_stages=v)
+                            schedule="interleaved-1f1b" if v > 1 else "1f1b", virtual_stages=v,
+                            cp=int(c.get("cp") or 1))
     p = plan.predicted
     return p["iteration_time_s"], p["fits"], p["mfu"]
 
@@ -298,8 +332,8 @@ def print_moe(rows: list[Row]) -> None:
 
 def print_table(title: str, results) -> float:
     print(f"\n{title}")
-    header = (f"{'row':<34} {'hw':<8} {'GPUs':>5} {'kernels':<7} {'tp':>2} {'pp':>2} {'v':>1} {'dp':>4} {'z':>1} {'rc':<4} "
-              f"{'published s':>11} {'predicted s':>11} {'error':>7} {'MFU':>5}")
+    header = (f"{'row':<40} {'hw':<8} {'GPUs':>5} {'kernels':<7} {'prec':<4} {'tp':>2} {'cp':>2} {'pp':>2} {'v':>2} "
+              f"{'dp':>4} {'z':>1} {'rc':<5} {'published s':>11} {'predicted s':>11} {'error':>7} {'MFU':>5}")
     print(header)
     print("-" * len(header))
     worst = 0.0
@@ -307,13 +341,32 @@ def print_table(title: str, results) -> float:
         c = row.config
         err = predicted / measured - 1
         worst = max(worst, abs(err))
-        print(f"{row.id:<34} {row.data['hardware']:<8} {row.data['gpus']:>5} {row.data['kernels']:<7} {c['tp']:>2} "
-              f"{c['pp']:>2} {c.get('virtual_stages') or 1:>1} {c['dp']:>4} {c['zero']:>1} {c['recompute'][:4]:<4} {measured:>11.3f} {predicted:>11.3f} "
-              f"{err * 100:>+6.1f}% {mfu * 100:>4.0f}%" + ("" if fits else "  (does not fit)"))
+        rc = {"none": "none", "selective": "sel", "selective-op": "selop", "full": "full"}[row.recompute_level()]
+        print(f"{row.id:<40} {row.data['hardware']:<8} {row.data['gpus']:>5} {row.data['kernels']:<7} "
+              f"{(c.get('precision') or 'bf16'):<4} {c['tp']:>2} {c.get('cp') or 1:>2} {c['pp']:>2} "
+              f"{c.get('virtual_stages') or 1:>2} {c['dp']:>4} {c['zero']:>1} {rc:<5} {measured:>11.3f} "
+              f"{predicted:>11.3f} {err * 100:>+6.1f}% {mfu * 100:>4.0f}%" + ("" if fits else "  (does not fit)"))
     errs = [abs(p / m - 1) for _, m, p, _, _ in results]
     median = sorted(errs)[len(errs) // 2] if errs else 0.0
     print(f"{len(results)} rows: median |error| {median * 100:.1f}%, largest {worst * 100:.1f}%")
     return worst
+
+
+def print_versus_planner(rows: list[Row], overrides: dict | None, search_time: float) -> None:
+    """Each costed dense row's published layout against `uniap plan`'s on the same workload, under the same model
+    (the levers searched: recompute levels, cp, the row's precision and engine)."""
+    print("\npublished layout vs the planner's plan (same cost model; speedup = layout's predicted / plan's)")
+    header = f"{'row':<40} {'layout s':>9} {'plan s':>9} {'speedup':>8}  plan"
+    print(header)
+    print("-" * len(header))
+    speedups = []
+    for row, _, predicted, _, _ in errors(rows, overrides):
+        speedup, brief = planner_speedup(row, predicted, search_time)
+        speedups.append(speedup)
+        print(f"{row.id:<40} {predicted:>9.3f} {predicted / speedup:>9.3f} {speedup:>7.2f}×  {brief}", flush=True)
+    good = sorted(x for x in speedups if x == x)
+    if good:
+        print(f"{len(good)} rows: median speedup {good[len(good) // 2]:.2f}×, least {good[0]:.2f}×, most {good[-1]:.2f}×")
 
 
 # The fitted constants (spec/cluster.py) and the grid `--fit` searches: per-device GEMM efficiency, the
@@ -323,6 +376,8 @@ GRID = {
     ("h100-80g", "gemm_efficiency"): [0.45 + 0.025 * i for i in range(9)],
     ("*", "overlap_slowdown"): [0.0, 0.1, 0.2, 0.3],
 }
+# fitted second, on the fp8 calibration rows alone (the bf16 constants above held at their fitted values)
+FP8_GRID = {("h100-80g", "fp8_gemm_efficiency"): [0.30 + 0.025 * i for i in range(17)]}
 
 
 def overrides_of(keys, values) -> dict:
@@ -337,26 +392,39 @@ def overrides_of(keys, values) -> dict:
 
 
 def fit(rows: list[Row]) -> dict:
-    """The grid point with the least mean squared log error over the calibration rows (validation never seen)."""
-    calibration = [r for r in rows if r.split == "calibration"]
-    keys = list(GRID)
+    """The grid point with the least mean squared log error over the calibration rows (validation never seen):
+    GRID on the 16-bit rows, then FP8_GRID on the fp8 rows with GRID's values held."""
+    calibration = [r for r in rows if r.split == "calibration" and not r.is_moe and r.skip_reason() is None]
+    fp8 = [r for r in calibration if r.config.get("precision") == "fp8"]
+    fitted = _grid_fit(GRID, [r for r in calibration if r not in fp8], {})
+    return _grid_fit(FP8_GRID, fp8, fitted)
+
+
+def _grid_fit(grid: dict, rows: list[Row], held: dict) -> dict:
+    keys = list(grid)
     best, best_point = math.inf, None
-    for values in itertools.product(*(GRID[k] for k in keys)):
-        res = errors(calibration, overrides_of(keys, values))
+    for values in itertools.product(*(grid[k] for k in keys)):
+        point = overrides_of(keys, values)
+        merged = {hw: {**held.get(hw, {}), **point.get(hw, {})} for hw in set(held) | set(point)}
+        res = errors(rows, merged)
         loss = sum(math.log(p / m) ** 2 for _, m, p, _, _ in res) / len(res)
         if loss < best:
-            best, best_point = loss, values
-    print("fitted on", sum(r.skip_reason() is None for r in calibration), "calibration rows (rms log error "
-          f"{math.sqrt(best) * 100:.1f}%):")
-    for (hw, name), value in zip(keys, best_point):
-        print(f"  {hw} {name} = {value:.3f}")
-    return overrides_of(keys, best_point)
+            best, best_point = loss, merged
+    print(f"fitted on {len(rows)} calibration rows (rms log error {math.sqrt(best) * 100:.1f}%):")
+    for hw, names in best_point.items():
+        for name, value in names.items():
+            if (hw, name) in grid:
+                print(f"  {hw} {name} = {value:.3f}")
+    return best_point
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tolerance", type=float, default=0.15)
     parser.add_argument("--fit", action="store_true", help="Grid-search the fitted constants on calibration rows.")
+    parser.add_argument("--versus-planner", action="store_true", help="Also search each costed dense row's workload "
+                        "and print how much faster the planner's plan is than the published layout (same model).")
+    parser.add_argument("--search-time", type=float, default=20.0, help="Seconds per search with --versus-planner.")
     args = parser.parse_args()
     rows = load_rows()
     overrides = fit(rows) if args.fit else None
@@ -365,6 +433,8 @@ def main() -> int:
         results = errors([r for r in rows if r.split == split], overrides)
         worst = max(worst, print_table(f"{split} rows" + (" (fitted on these)" if split == "calibration" else
                                                          " (never fitted on)"), results))
+    if args.versus_planner:
+        print_versus_planner([r for r in rows if not r.is_moe], overrides, args.search_time)
     print_moe(rows)  # before the dense summary, which stays the last lines (what the gate reads)
     skipped = [(r, r.skip_reason()) for r in rows if not r.is_moe and r.skip_reason()]
     print(f"\nnot costed ({len(skipped)} dense rows; MoE rows above):")

@@ -172,3 +172,31 @@ def test_long_context_plan_uses_cp_and_beats_the_best_plan_without_it():
     assert any(layer.strategy.cp > 1 for layer in with_cp.layers)
     assert all(layer.strategy.cp == 1 for layer in without.layers)
     assert with_cp.predicted["iteration_time_s"] < without.predicted["iteration_time_s"]
+
+
+def test_tp_overlap_hides_sequence_parallel_collectives_behind_compute(llama):
+    layer = block(llama)
+    plain = load_cluster("h100-80g:1x8")
+    overlap = dataclasses.replace(plain, engine=dataclasses.replace(plain.engine, tp_overlap=True))
+    workload = Workload(8, 8192)
+    sp, no_sp = Strategy(1, 8, sp=True), Strategy(1, 8)
+    compute = layer_compute(layer, sp, 1, plain, workload)
+    exposed = {c.engine.tp_overlap: layer_cost(layer, sp, 1, c, workload, stage_links(c, 1, [sp]))[0] - compute
+               for c in (plain, overlap)}
+    assert 0 < exposed[True] < exposed[False]
+    # overlapped: only the slowdown the traffic inflicts on compute remains
+    assert exposed[True] == pytest.approx(plain.device.overlap_slowdown * exposed[False])
+    # without sequence parallelism the engines keep tp's all-reduces on the critical path
+    assert layer_cost(layer, no_sp, 1, overlap, workload, stage_links(overlap, 1, [no_sp]))[0] == pytest.approx(
+        layer_cost(layer, no_sp, 1, plain, workload, stage_links(plain, 1, [no_sp]))[0])
+
+
+def test_sdpa_attention_runs_pytorchs_kernel_under_fused_kernels(llama):
+    layer = block(llama)
+    fused = dataclasses.replace(load_cluster("h100-80g:1x8"), engine=Engine("fused", "flash"))
+    sdpa = dataclasses.replace(fused, engine=Engine("fused", "sdpa"))
+    eager = dataclasses.replace(fused, engine=Engine("eager", "flash"))
+    peak = fused.peak("bf16")
+    seconds = {name: attention_seconds(c.device, c.engine, peak, layer, 1, 1)[0]
+               for name, c in (("fused", fused), ("sdpa", sdpa), ("eager", eager))}
+    assert seconds["sdpa"] == pytest.approx(seconds["eager"]) and seconds["fused"] < seconds["sdpa"]

@@ -226,7 +226,7 @@ def attention_times(device: DeviceType, engine: Engine, peak: float, op: Attenti
     value_dim = op.value_dim or op.head_dim
     if engine.flash:  # Q·Kᵀ over head_dim, scores·V over value_dim: 2 FLOPs per multiply-add each
         work = 2.0 * op.queries * op.keys * (op.head_dim + value_dim) * batch * (0.5 if op.causal else 1.0)
-        fwd_eff, bwd_eff = device.fused_attention_efficiency if engine.kernels == "fused" else \
+        fwd_eff, bwd_eff = device.fused_attention_efficiency if engine.fused_attention else \
             device.attention_efficiency
         return (work / (peak * fwd_eff) + device.kernel_gap_s,
                 FLASH_BACKWARD_WORK * work / (peak * bwd_eff) + device.kernel_gap_s)

@@ -153,12 +153,17 @@ def layer_cost(layer: LayerSpec, s: Strategy, micro_batch: int, cluster: Cluster
     if compute is None:
         compute = layer_compute(layer, s, micro_batch, cluster, workload)
     passes = 3.0 if s.full else 2.0  # forward, backward, and the recomputed forward
+    # torchtitan's op policy keeps reduce-scatter outputs but not all-gathers or all-reduces: it runs the forward's
+    # all-gathers (half of sp's volume) or all-reduces again in backward
+    tp_passes = passes + ((0.5 if s.sp else 1.0) if s.recompute == "selective-op" else 0.0)
 
     # Tensor parallelism: the forward's all-reduces (reduce-scatter + all-gather with sp: same volume),
     # the same again in backward, and once more when the forward is recomputed (selective recompute re-runs
     # the attention core alone, which has no tp collective). Not overlapped.
     tp_bytes = layer.tp_comm_elems * samples * act_bytes
-    tp_time = passes * comm.all_reduce(tp_bytes, s.tp, links.tp[s.tp])
+    tp_time = tp_passes * comm.all_reduce(tp_bytes, s.tp, links.tp[s.tp])
+    if cluster.engine.tp_overlap and s.sp:  # chunked behind the GEMMs (Engine.tp_overlap): what they cannot cover
+        tp_time = overlapped(compute, tp_time, device.overlap_slowdown) - compute
     expert_time = passes * _expert_exchange(layer, s, samples * act_bytes * imbalance, links)
     context_time = _context_exchange(layer, s, samples, cluster, workload, links)
 

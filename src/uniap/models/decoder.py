@@ -287,7 +287,9 @@ class Attention(nn.Module):
             positions = None if self.sequence is None else self.sequence.positions(t, x.device)
             q, k = _rope(q, self.rotary_fraction, positions=positions), _rope(k, self.rotary_fraction,
                                                                                 positions=positions)
-        if self.recompute_core and torch.is_grad_enabled():
+        # Context parallelism checkpoints the core too: a ring keeps only the local chunk's keys and values, and so
+        # does this gather once the core is recomputed (backward gathers them again, as the ring circulates them).
+        if (self.recompute_core or self.sequence is not None) and torch.is_grad_enabled():
             y = checkpoint(self.core, q, k, v, use_reentrant=False)
         else:
             y = self.core(q, k, v)

@@ -146,10 +146,9 @@ _STANDARD = Engine(kernels="eager", attention="standard")
 
 # Fitted constants (benchmarks/published_runs.py --fit, calibration half only); see the table above.
 A100_GEMM_EFFICIENCY = 0.70  # also used for V100 and TITAN Xp: no training data of theirs to fit on (a guess)
-H100_GEMM_EFFICIENCY = 0.575
-# fp8 GEMMs (fraction of the fp8 peak): a placeholder until fitted on the fp8 calibration rows (a guess: half the
-# bf16 GEMM's time at the same efficiency would be 0.575).
-H100_FP8_GEMM_EFFICIENCY = 0.45
+H100_GEMM_EFFICIENCY = 0.60
+# fp8 GEMMs (fraction of the fp8 peak), fitted second, on the fp8 calibration rows alone with the others held.
+H100_FP8_GEMM_EFFICIENCY = 0.55
 OVERLAP_SLOWDOWN = 0.20
 
 _H100_PEAK = {"fp32": 67e12, "fp16": 989e12, "bf16": 989e12, "fp8": 1979e12}
