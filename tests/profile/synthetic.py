@@ -15,7 +15,7 @@ SIZES = [1, 2, 4]
 
 def layer_time(flops: float, s: Strategy, samples: int, *, rate: float, overhead: float) -> float:
     """The synthetic machine: fixed cost per call + forward/backward FLOPs of the shard at `rate`."""
-    passes = 4.0 if s.recompute else 3.0
+    passes = 4.0 if s.full else 3.0
     return overhead * (1 + 0.5 * (s.dp > 1) + 0.5 * (s.tp > 1)) + passes * flops * samples / s.tp / rate
 
 

@@ -37,12 +37,13 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
-from uniap.models.decoder import build_layer, check_supported, lm_loss
+from uniap.models.decoder import build_layer, check_supported, lm_loss, use_attention_kernel
 from uniap.profile.items import LayerType, merge_measurements, work_items
 from uniap.spec.families import build_layers
 from uniap.runtime.measure import ActivationMeter, static_bytes
 from uniap.runtime.parallelize import apply_strategy
 from uniap.runtime.train import make_optimizer
+from uniap.spec.cluster import DEVICE_TYPES
 from uniap.spec.model import ModelConfig
 from uniap.strategies import Strategy
 
@@ -89,6 +90,9 @@ class Harness:
         self.collective_sizes = list(collective_sizes or [16 << 10, 256 << 10, 1 << 20, 4 << 20])
         self.rep_seconds = float(rep_seconds)
         self.clock = Clock(device)
+        # the attention kernel `uniap run` uses for plans on this kind of device: the cpu preset's engine (standard:
+        # the math path, which keeps the scores), flash attention on GPUs
+        self.attention = DEVICE_TYPES["cpu"].engine.attention if device.type == "cpu" else "flash"
         self._meshes: dict[tuple[int, int], DeviceMesh] = {}
         self._groups: dict[int, dist.ProcessGroup] = {}
 
@@ -121,6 +125,7 @@ class Harness:
     # -- layers ------------------------------------------------------------------------------------------
     def _build(self, lt: LayerType, s: Strategy):
         layer = build_layer(self.config, lt.index, self.seed).to(self.device)
+        use_attention_kernel(layer, self.attention)
         return apply_strategy(layer, s, self.mesh(s.dp, s.tp) if s.devices > 1 else None,
                               backward_follows=lt.kind in ("embedding", "head"))  # as the runtime applies them
 
@@ -303,6 +308,7 @@ class Harness:
         chain = []
         for u in range(n_layers):
             layer = build_layer(self.config, u, self.seed).to(self.device)
+            use_attention_kernel(layer, self.attention)
             layer = apply_strategy(layer, s, self.mesh(s.dp, 1) if s.devices > 1 else None)
             sync = getattr(layer, "gradient_sync", None)
             if sync is not None:
