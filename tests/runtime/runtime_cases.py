@@ -163,7 +163,7 @@ def planned_gpt2(root: Path) -> Path:
 def context_plans():
     """name -> 2-rank plan of context parallelism and selective recompute (the 2-rank launch checks each against
     one process): rotary and learned positions, grouped-query attention, Gemma 3's sliding windows and q/k norms,
-    bf16, and selective recompute under each attention kernel."""
+    bf16, selective recompute under each attention kernel, and torchtitan's op policy under tp with sp."""
     from uniap.runtime.plans import uniform_plan
 
     gemma = tiny_family("gemma-3-4b")
@@ -173,6 +173,7 @@ def context_plans():
             "gemma3-cp2-selective-standard": uniform_plan(gemma, 2, cp=2, micro_batches=2, seq_len=FAMILY_SEQ,
                                                           recompute="selective", engine=STANDARD),
             "llama-dp2-selective": uniform_plan(LLAMA, 2, dp=2, recompute="selective", micro_batches=2),
+            "llama-tp2sp-selective-op": uniform_plan(LLAMA, 2, tp=2, sp=True, recompute="selective-op"),
             "bf16-llama-cp2": uniform_plan(LLAMA, 2, cp=2, precision="bf16")}
 
 

@@ -67,14 +67,6 @@ def test_cp_on_an_moe_block_is_refused():
     _refused(uniform_plan(MOE, 2, cp=2, seq_len=SEQ), r"cp 2 on an MoE block is not supported by `uniap run`")
 
 
-def test_the_op_policy_is_refused():
-    from uniap.strategies import RECOMPUTE_LEVELS
-
-    if "selective-op" not in RECOMPUTE_LEVELS:
-        pytest.skip("no op-policy level")
-    _refused(uniform_plan(GPT, 2, dp=2, recompute="selective-op"), r"recompute 'selective-op' is not supported")
-
-
 def test_fp8_is_refused_before_anything_is_launched(tmp_path, cli):
     plan = uniform_plan(GPT, 4, dp=4)
     plan = dataclasses.replace(plan, workload={**plan.workload, "precision": "fp8"})

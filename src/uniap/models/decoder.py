@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor, Partial
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from uniap.errors import UniapError
 from uniap.spec.families import DECODER_FAMILIES as FAMILIES
@@ -93,18 +93,48 @@ def check_supported(config: ModelConfig) -> None:
         raise UniapError(f"{config.name}: experts_per_token {config.experts_per_token} must be in 1..{config.experts}")
 
 
+# What torchtitan's op policy keeps (its `_save_list`): matmul outputs (every second one recomputed), attention
+# kernels' outputs, reduce-scatter outputs; everything else is recomputed in backward.
+_AT = torch.ops.aten
+_OP_POLICY_SAVES = {_AT.mm.default, _AT.addmm.default, _AT.bmm.default,
+                    _AT._scaled_dot_product_flash_attention_for_cpu.default,
+                    _AT._scaled_dot_product_flash_attention.default,
+                    _AT._scaled_dot_product_efficient_attention.default,
+                    torch.ops._c10d_functional.reduce_scatter_tensor.default}
+_MATMULS = {_AT.mm.default, _AT.addmm.default, _AT.bmm.default}
+
+
+def _op_policy_contexts():
+    """Selective checkpointing contexts of torchtitan's op policy ("selective-op"): a fresh matmul count for the
+    forward and for the recomputation, so both keep the same (odd-numbered) matmuls."""
+    counts = {False: 0, True: 0}
+
+    def policy(ctx, func, *args, **kwargs):
+        if func in _MATMULS:
+            counts[ctx.is_recompute] += 1
+            if counts[ctx.is_recompute] % 2 == 0:
+                return CheckpointPolicy.PREFER_RECOMPUTE
+        return CheckpointPolicy.MUST_SAVE if func in _OP_POLICY_SAVES else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
+
+
 class Layer(nn.Module):
-    """A chain layer. `recompute=True` wraps its computation in activation checkpointing.
+    """A chain layer. `recompute=True` wraps its computation in activation checkpointing; `recompute_ops=True` in
+    torchtitan's op policy (it keeps what `_OP_POLICY_SAVES` names, half of the matmuls' outputs among them).
 
     The checkpoint sits inside `forward`, so hooks a data-parallel wrapper puts around the module
     (parameter gathering) run outside the recomputed region, as with a checkpoint wrapper.
     """
 
     recompute: bool = False
+    recompute_ops: bool = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.recompute and torch.is_grad_enabled():
             return checkpoint(self._forward, x, use_reentrant=False)
+        if self.recompute_ops and torch.is_grad_enabled():
+            return checkpoint(self._forward, x, use_reentrant=False, context_fn=_op_policy_contexts)
         return self._forward(x)
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract

@@ -15,8 +15,7 @@ from uniap.runtime.precision import precision_of
 from uniap.spec.model import ModelConfig
 from uniap.strategies import Strategy
 
-# torchtitan's op policy ("selective-op") is priced but not run
-RUN_RECOMPUTE = ("none", "selective", "full")
+RUN_RECOMPUTE = ("none", "selective", "selective-op", "full")
 
 
 @dataclass(frozen=True)

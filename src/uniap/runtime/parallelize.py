@@ -81,6 +81,7 @@ def apply_strategy(layer: nn.Module, strategy: Strategy, mesh: DeviceMesh | None
     if strategy.cp > 1:
         apply_context_parallel(layer, context_group)
     layer.recompute = strategy.full
+    layer.recompute_ops = strategy.recompute == "selective-op"
     if isinstance(layer, Block):
         layer.attn.recompute_core = strategy.recompute == "selective"
     if strategy.replicas > 1 or precision.mixed:
