@@ -115,12 +115,8 @@ class Row:
         the published table leaves out come from the recipe its recipe_source names, or the row is not costed."""
         c, d = self.config, self.data
         out = []
-        if c.get("precision") == "fp8":
-            out.append("fp8 training is not modelled")
-        elif c.get("precision") is None:
+        if c.get("precision") is None:
             out.append("the source does not state the precision")
-        if (c.get("cp") or 1) > 1:
-            out.append("context parallelism is not modelled")
         if c.get("token_drop"):
             out.append("token dropping (a capacity factor) is not modelled")
         if c.get("schedule") not in (None, "1f1b", "interleaved-1f1b"):
@@ -260,7 +256,7 @@ def moe_layout(row: Row) -> dict:
     c = row.config
     v = int(c.get("virtual_stages") or 1) if c["pp"] > 1 else 1
     return dict(tp=c["tp"], pp=c["pp"], dp=c["dp"], ep=c["ep"], etp=c["etp"] if c.get("etp") else c["tp"],
-                zero=c["zero"], micro_batch_size=c["micro_batch_size"], recompute=c["recompute"] == "full",
+                zero=c["zero"], micro_batch_size=c["micro_batch_size"], recompute=c["recompute"] == "full", cp=int(c.get("cp") or 1),
                 sequence_parallel=bool(c.get("sequence_parallel")) and c["tp"] > 1,
                 schedule="interleaved-1f1b" if v > 1 else "1f1b", virtual_stages=v)
 
