@@ -206,7 +206,7 @@ def plan(
     time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds for the whole search; the best plan found so far is returned with its gap."),
     max_tp: Optional[int] = typer.Option(None, "--max-tp", help="Largest tensor-parallel degree to consider."),
     max_cp: Optional[int] = typer.Option(None, "--max-cp", help="Largest context-parallel degree to consider (cp is "
-                                         "searched where each rank keeps at least 8,192 tokens of a sequence)."),
+                                         "searched where each rank keeps at least 4,096 tokens of a sequence)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Candidates solved in parallel (default: cores, at most 2)."),
     out_path: Optional[str] = typer.Option(None, "--out", "-o", help="Write the plan JSON here."),
     engine: Optional[EngineName] = typer.Option(None, "--engine", help="Only plans this engine can run "

@@ -110,7 +110,8 @@ def test_key_value_exchange_hides_behind_long_attention_only():
 
 def test_search_tries_cp_only_where_each_rank_keeps_long_chunks():
     assert context_degrees(8, 4096) == (1,)
-    assert context_degrees(64, 131072) == (1, 2, 4, 8, 16)
+    assert context_degrees(64, 131072) == (1, 2, 4, 8, 16, 32)
+    assert context_degrees(8, 8192) == (1, 2)
     strategies = enumerate_strategies(8, context=(1, 2))
     assert {s.cp for s in strategies} == {1, 2} and all(s.devices == 8 for s in strategies)
 
