@@ -17,7 +17,7 @@ from uniap.export.capability import EngineJob, Rope
 def settings_of(job: EngineJob) -> dict:
     """What an engine's configuration must carry of the plan: an exported file, read back, gives these (the
     schedule only matters with a pipeline)."""
-    return {"tp": job.tp, "dp": job.dp, "pp": job.pp, "zero": job.zero if job.dp > 1 else 0,
+    return {"tp": job.tp, "dp": job.dp, "pp": job.pp, "cp": job.cp, "zero": job.zero if job.replicas > 1 else 0,
             "sp": job.sp, "recompute": job.recompute, "global_batch": job.global_batch,
             "micro_batches": job.micro_batches, "micro_batch_size": job.micro_batch_size,
             "precision": job.precision, "schedule": job.schedule if job.pp > 1 else None,
@@ -33,8 +33,8 @@ def _megatron_parser() -> argparse.ArgumentParser:
                  "--pipeline-model-parallel-size", "--decoder-first-pipeline-num-layers",
                  "--decoder-last-pipeline-num-layers", "--num-virtual-stages-per-pipeline-rank",
                  "--num-layers-per-virtual-pipeline-stage", "--micro-batch-size", "--global-batch-size",
-                 "--recompute-num-layers"):
-        p.add_argument(flag, type=int, default=1 if flag.endswith("-model-parallel-size") else None)
+                 "--recompute-num-layers", "--context-parallel-size"):
+        p.add_argument(flag, type=int, default=1 if flag.endswith("-parallel-size") else None)
     p.add_argument("--rotary-base", type=int, default=10000)
     for flag in ("--attention-dropout", "--hidden-dropout", "--rotary-percent"):
         p.add_argument(flag, type=float, default=1.0 if flag == "--rotary-percent" else 0.1)
@@ -47,6 +47,15 @@ def _megatron_parser() -> argparse.ArgumentParser:
                    default="learned_absolute")
     p.add_argument("--recompute-granularity", choices=("full", "selective"))
     p.add_argument("--recompute-method", choices=("uniform", "block"))
+    # TransformerConfig's recompute_modules (List[str] → nargs "+"; None is ["core_attn"]), fp8 fields (`fp8` is
+    # --fp8-format by its argparse_meta) and arguments.py's --cp-comm-type
+    p.add_argument("--recompute-modules", nargs="+", type=str)
+    p.add_argument("--fp8-format", dest="fp8", choices=("e4m3", "hybrid"))
+    p.add_argument("--fp8-recipe", choices=("tensorwise", "delayed", "mxfp8", "blockwise", "custom"),
+                   default="delayed")
+    p.add_argument("--fp8-amax-history-len", type=int, default=1)
+    p.add_argument("--fp8-amax-compute-algo", choices=("most_recent", "max"), default="most_recent")
+    p.add_argument("--cp-comm-type", nargs="+", type=str, default=["p2p"])
     # Mixtures of experts and MLA: arguments.py `_add_moe_args` (--num-experts, --moe-layer-freq as `moe_freq_type`),
     # `_add_mla_args` (its defaults) and the TransformerConfig / ModelParallelConfig fields ArgumentGroupFactory
     # makes flags of (Optional[int] → int, bool False → store_true, Literal → choices)
@@ -113,27 +122,58 @@ def read_megatron(text: str) -> dict:
     missing = [flag for flag, value in needed if value is None]
     if missing:
         raise UniapError(f"Megatron-LM flags: {', '.join(missing)} missing")
-    tp, pp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size
-    if world % (tp * pp):
-        raise UniapError(f"Megatron-LM flags: tp·pp = {tp * pp} does not divide the world of {world}")
-    dp = world // (tp * pp)
+    tp, pp, cp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size, args.context_parallel_size
+    if world % (tp * cp * pp):
+        raise UniapError(f"Megatron-LM flags: world size ({world}) is not divisible by total_model_size "
+                         f"({tp * cp * pp})")
+    dp = world // (tp * cp * pp)
     if args.global_batch_size % (args.micro_batch_size * dp):
         raise UniapError("Megatron-LM flags: global batch is not a multiple of micro-batch size × data-parallel size")
-    if tp > 1 and megatron_environment(text).get("CUDA_DEVICE_MAX_CONNECTIONS") != "1":
+    if cp > 1 and args.seq_length % (2 * cp):
+        raise UniapError("Megatron-LM flags: seq-length should be a multiple of 2 * context-parallel-size if "
+                         "context-parallel-size > 1.")
+    if (tp > 1 or cp > 1) and megatron_environment(text).get("CUDA_DEVICE_MAX_CONNECTIONS") != "1":
         raise UniapError("Megatron-LM: using tensor model parallelism or context parallelism require setting the "
                          "environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1")
     if args.sequence_parallel and tp == 1:
         raise UniapError("Megatron-LM flags: --sequence-parallel without tensor parallelism is switched off")
-    if args.recompute_granularity == "selective" and args.recompute_method:
-        raise UniapError("Megatron-LM flags: selective recompute takes no --recompute-method")
+    recompute = _megatron_recompute(args, pp)
+    if args.fp8 and args.fp16:
+        raise UniapError("Megatron-LM flags: fp8 here is bf16 training with fp8 GEMMs (--bf16), not fp16")
     _check_megatron_experts(args, world, tp, pp)
-    return {"tp": tp, "dp": dp, "pp": pp, "zero": int(args.use_distributed_optimizer and dp > 1),
-            "sp": args.sequence_parallel, "recompute": args.recompute_granularity == "full",
+    return {"tp": tp, "dp": dp, "pp": pp, "cp": cp, "zero": int(args.use_distributed_optimizer and dp * cp > 1),
+            "sp": args.sequence_parallel, "recompute": recompute,
             "global_batch": args.global_batch_size,
             "micro_batches": args.global_batch_size // (args.micro_batch_size * dp),
             "micro_batch_size": args.micro_batch_size,
-            "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
+            "precision": "fp8" if args.fp8 else "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
             **_megatron_split(args, pp)}
+
+
+def _megatron_recompute(args: argparse.Namespace, pp: int) -> str:
+    """The recompute level of every block, by validate_args' and TransformerConfig.__post_init__'s rules: selective
+    takes no method and no layer count, and recomputes its modules (default ["core_attn"]: the attention core);
+    full needs a layer count, and recomputes every layer with the uniform method and 1 layer per unit."""
+    granularity = args.recompute_granularity
+    if granularity is None:
+        return "none"
+    if granularity == "selective":
+        if args.recompute_method is not None:
+            raise UniapError("Megatron-LM flags: recompute method is not yet supported for selective recomputing "
+                             "granularity")
+        if args.recompute_num_layers is not None:
+            raise UniapError("Megatron-LM flags: When using recompute_granularity: selective recompute_num_layers "
+                             "must be None.")
+        if (args.recompute_modules or ["core_attn"]) != ["core_attn"]:
+            raise UniapError(f"Megatron-LM flags: recompute modules {args.recompute_modules} are not the attention "
+                             "core alone")
+        return "selective"
+    if args.recompute_num_layers is None:
+        raise UniapError("Megatron-LM flags: When using recompute_granularity: full recompute_num_layers must be "
+                         "between 1 and num_layers_per_pipeline_rank")
+    if (args.recompute_method, args.recompute_num_layers) != ("uniform", 1):
+        raise UniapError("Megatron-LM flags: full recompute of some layers only (not every layer)")
+    return "full"
 
 
 def _check_megatron_experts(args: argparse.Namespace, world: int, tp: int, pp: int) -> None:
@@ -178,21 +218,52 @@ def _megatron_split(args: argparse.Namespace, pp: int) -> dict:
 
 TORCHTITAN_SCHEMA = {
     "job": {"description": str},
-    "model": {"name": str, "flavor": str},
+    "model": {"name": str, "flavor": str, "converters": list},
     "training": {"local_batch_size": int, "global_batch_size": int, "seq_len": int, "mixed_precision_param": str},
     "parallelism": {"data_parallel_replicate_degree": int, "data_parallel_shard_degree": int,
                     "fsdp_reshard_after_forward": str, "tensor_parallel_degree": int,
+                    "context_parallel_degree": int, "context_parallel_load_balancer": str,
                     "pipeline_parallel_degree": int, "pipeline_parallel_schedule": str,
                     "pipeline_parallel_microbatch_size": int, "module_fqns_per_model_part": list,
                     "expert_parallel_degree": int, "expert_tensor_parallel_degree": int},
-    "activation_checkpoint": {"mode": str},
+    "activation_checkpoint": {"mode": str, "selective_ac_option": str},
+    "quantize": {"linear": {"float8": {"enable_fsdp_float8_all_gather": bool,
+                                       "precompute_float8_dynamic_scale_for_fsdp": bool, "recipe_name": str,
+                                       "filter_fqns": list, "emulate": bool}},
+                 "grouped_mm": {"float8": {"fqns": list}}},
 }
-"""The sections and keys written, with their types, as torchtitan 0.2.2's JobConfig dataclasses declare them."""
+"""The sections and keys written, with their types, as torchtitan 0.2.2's JobConfig dataclasses declare them
+(`quantize` nests QuantizedLinear / QuantizedGroupedMM: TOML's [quantize.linear.float8])."""
 
 TORCHTITAN_CHOICES = {("training", "mixed_precision_param"): ("bfloat16", "float32"),
            ("parallelism", "fsdp_reshard_after_forward"): ("default", "always", "never"),
-           ("activation_checkpoint", "mode"): ("selective", "full", "memory_budget", "none")}
+           ("activation_checkpoint", "mode"): ("selective", "full", "memory_budget", "none"),
+           ("quantize", "linear", "float8", "recipe_name"): ("tensorwise", "rowwise", "rowwise_with_gw_hp")}
 """The Literal fields' values in 0.2.2."""
+
+TORCHTITAN_CONVERTERS = ("quantize.linear.float8", "quantize.grouped_mm.float8", "quantize.linear.mx",
+                         "quantize.grouped_mm.mx")
+"""0.2.2's registered model converters (`register_model_converter` in components/quantization/float8.py and
+mx.py): `ModelConvertersContainer` looks each name of `model.converters` up, a KeyError for any other (the old
+"float8" included)."""
+
+
+def _check_torchtitan_table(path: tuple[str, ...], values: dict, schema: dict) -> None:
+    """`values` (a TOML table at `path`) against `schema`: every key known, of its type, among its choices."""
+    for key, value in values.items():
+        kind = schema.get(key)
+        where = ".".join(path)
+        if isinstance(kind, dict):
+            if not isinstance(value, dict):
+                raise UniapError(f"torchtitan config: [{where}] {key} is a section")
+            _check_torchtitan_table(path + (key,), value, kind)
+            continue
+        if kind is None or not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise UniapError(f"torchtitan config: [{where}] {key} = {value!r} is not a known "
+                             f"{kind.__name__ if kind else 'key'}")
+        choices = TORCHTITAN_CHOICES.get(path + (key,))
+        if choices and value not in choices:
+            raise UniapError(f"torchtitan config: [{where}] {key} must be one of {choices}")
 
 TORCHTITAN_MODULES = {"0.2.2": ("tok_embeddings", "layers", "norm", "output"),
                       "0.3.0": ("tok_embeddings", "layers", "norm", "lm_head")}
@@ -308,35 +379,59 @@ def read_torchtitan(text: str) -> dict:
     for section, values in config.items():
         if section not in TORCHTITAN_SCHEMA or not isinstance(values, dict):
             raise UniapError(f"torchtitan config: unknown section [{section}]")
-        for key, value in values.items():
-            kind = TORCHTITAN_SCHEMA[section].get(key)
-            if kind is None or not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                raise UniapError(f"torchtitan config: [{section}] {key} = {value!r} is not a known "
-                                 f"{kind.__name__ if kind else 'key'}")
-            if (section, key) in TORCHTITAN_CHOICES and value not in TORCHTITAN_CHOICES[section, key]:
-                raise UniapError(f"torchtitan config: [{section}] {key} must be one of "
-                                 f"{TORCHTITAN_CHOICES[section, key]}")
+        _check_torchtitan_table((section,), values, TORCHTITAN_SCHEMA[section])
     try:
         training, par = config["training"], config["parallelism"]
         replicate, shard = par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]
+        tp, cp = par["tensor_parallel_degree"], par.get("context_parallel_degree", 1)
         pp, parts = par["pipeline_parallel_degree"], par["module_fqns_per_model_part"]
         dp = replicate * shard
+        if training["seq_len"] % (tp * 2 * cp):
+            raise UniapError(f"torchtitan: Sequence length {training['seq_len']} must be divisible by the product of "
+                             f"TP degree ({tp}) and 2 * CP degree ({cp}).")
+        fsdp = shard * cp > 1  # ParallelDims.fsdp_enabled: dp_shard or cp
+        if fsdp and replicate > 1:
+            raise UniapError("torchtitan config: dp_replicate with FSDP is HSDP, not a ZeRO stage over dp · cp")
         local = training["local_batch_size"]
         accumulation = training["global_batch_size"] // (local * dp)
         micro_size = par["pipeline_parallel_microbatch_size"] if pp > 1 else local
         reshard = {"always": 3, "never": 2, "default": 2 if pp > 1 else 3}  # "default": no resharding with pp
-        zero = reshard[par["fsdp_reshard_after_forward"]] if shard > 1 else 0
+        zero = reshard[par["fsdp_reshard_after_forward"]] if fsdp else 0
         schedule = {name: ours for ours, name in torchtitan.SCHEDULES.items()}[par["pipeline_parallel_schedule"]]
-        precisions = {name: ours for ours, name in torchtitan.PRECISIONS.items()}
-        return {"tp": par["tensor_parallel_degree"], "dp": dp, "pp": pp, "zero": zero,
-                "sp": par["tensor_parallel_degree"] > 1, "recompute": config["activation_checkpoint"]["mode"] == "full",
+        precision = {"bfloat16": "bf16", "float32": "fp32"}[training["mixed_precision_param"]]
+        converters = config["model"].get("converters", [])
+        unknown = [name for name in converters if name not in TORCHTITAN_CONVERTERS]
+        if unknown:
+            raise UniapError(f"torchtitan config: model converter {unknown[0]!r} is not registered")
+        if "quantize.linear.float8" in converters:
+            if precision != "bf16":
+                raise UniapError("torchtitan config: float8 here is bf16 mixed precision with float8 GEMMs")
+            precision = "fp8"
+        return {"tp": tp, "dp": dp, "pp": pp, "cp": cp, "zero": zero, "sp": tp > 1,
+                "recompute": _torchtitan_recompute(config.get("activation_checkpoint", {})),
                 "global_batch": training["global_batch_size"], "micro_batches": accumulation * (local // micro_size),
-                "micro_batch_size": micro_size,
-                "precision": precisions[training["mixed_precision_param"]],
+                "micro_batch_size": micro_size, "precision": precision,
                 "schedule": schedule if pp > 1 else None, "virtual_stages": len(parts) // pp,
                 "chunk_blocks": torchtitan_split(parts, "0.2.2")}
     except (KeyError, ZeroDivisionError) as exc:
         raise UniapError(f"torchtitan config lacks or mis-sets {exc}") from None
+
+
+def _torchtitan_recompute(table: dict) -> str:
+    """The recompute level of `[activation_checkpoint]` (0.2.2's default mode is "selective", with option "2": full
+    checkpointing of every second layer): "op" is per-op selective checkpointing, the plan's "selective-op"."""
+    mode = table.get("mode", "selective")
+    if mode == "selective":
+        option = table.get("selective_ac_option", "2")
+        if option != "op":
+            if not option.isdigit():
+                raise UniapError(f"torchtitan config: selective_ac_option must be 'op' or an int, not {option!r}")
+            raise UniapError(f"torchtitan config: selective_ac_option {option} recomputes every {option}th layer "
+                             "whole, not a level for all blocks")
+        return "selective-op"
+    if mode not in ("full", "none"):
+        raise UniapError(f"torchtitan config: activation_checkpoint mode {mode} is no recompute level")
+    return mode
 
 
 DEEPSPEED_SCHEMA = {"train_batch_size": int, "train_micro_batch_size_per_gpu": int,
@@ -375,7 +470,8 @@ def read_deepspeed(text: str, world: int, blocks: int) -> dict:
         "fp16" if config.get("fp16", {}).get("enabled") else "fp32"
     recompute = pipeline.get("activation_checkpoint_interval", 0) > 0 if pp > 1 else \
         "activation_checkpointing" in config
-    return {"tp": 1, "dp": dp, "pp": pp, "zero": zero, "sp": False, "recompute": recompute,
+    return {"tp": 1, "dp": dp, "pp": pp, "cp": 1, "zero": zero, "sp": False,
+            "recompute": "full" if recompute else "none",
             "global_batch": batch, "micro_batches": accumulation, "micro_batch_size": micro,
             "precision": precision, "schedule": "1f1b" if pp > 1 else None, "virtual_stages": 1,
             "chunk_blocks": (blocks // pp,) * pp}

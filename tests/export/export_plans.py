@@ -1,5 +1,7 @@
 """Plans with one block strategy and a chosen block split, built with the planner's own `make_plan`."""
 
+from dataclasses import replace
+
 import numpy as np
 
 from uniap.estimate import make_plan
@@ -22,7 +24,7 @@ def uniform_plan(model="tiny-llama", cluster="a100-80g:1x8", *, strategy: Strate
         chunks += [j] * count
     stage_of = np.array([0] + chunks + [len(chunk_blocks) - 1])
     assert len(stage_of) == len(spec.layers)
-    edge = Strategy(strategy.dp, strategy.tp, strategy.zero, False, strategy.sp)
+    edge = replace(strategy, recompute="none")
     strategies = [strategy, edge] if edge != strategy else [strategy]
     strategy_of = np.zeros(len(spec.layers), dtype=int)
     strategy_of[[0, -1]] = len(strategies) - 1

@@ -1,11 +1,16 @@
 """The exported files read by the engines' own config code, and the models they build from them, where the
 engines install (a test-only extra, checked with torchtitan 0.2.2 and 0.3.0 (one at a time: the tests pick by
 version) and DeepSpeed 0.19.8 in a private venv); skipped when they are missing. test_export.py and
-test_engine_builds.py check the same files against our readers of the engines always."""
+test_engine_builds.py check the same files against our readers of the engines always. Megatron-LM's training code
+is no package: with MEGATRON_LM set to a checkout (d98e8a6 checked), its arguments.py reads the launch scripts
+(megatron_arguments.py)."""
 
 import importlib
 import json
+import os
 import shlex
+import subprocess
+import sys
 
 import pytest
 
@@ -159,7 +164,94 @@ def test_deepspeed_config_parser_reads_the_json(tmp_path, model, strategy, chunk
     assert (config.bfloat16_config.enabled, config.float16_config.enabled) == (precision == "bf16", precision == "fp16")
     if job.pp > 1:
         assert config.pipeline["stages"] == job.pp
-        assert config.pipeline["activation_checkpoint_interval"] == int(strategy.recompute)
+        assert config.pipeline["activation_checkpoint_interval"] == int(strategy.recompute == "full")
         # PipelineModule's "type:" partition balances the blocks: our even split, embedding first, head last
         bounds = [int(b) for b in utils.partition_balanced([0] + [1] * job.blocks + [0], job.pp)]
         assert [sum(1 <= u <= job.blocks for u in range(a, b)) for a, b in zip(bounds, bounds[1:])] == list(chunks)
+
+
+LEVELS_TOML = dict(strategy=S(1, 2, 3, "selective-op", True, cp=2), chunk_blocks=(2, 2), micro_batches=4,
+                   precision="fp8")  # on H100s: fp8 needs SM89
+
+
+def test_torchtitan_0_2_reads_selective_cp_and_fp8(tmp_path):
+    manager = torchtitan_manager("0.2")
+    from torchtitan.distributed.parallel_dims import ParallelDims
+    from torchtitan.protocols.model_converter import _registry_model_converter_cls
+
+    plan = uniform_plan(cluster="h100-80g:1x8", **LEVELS_TOML)
+    path = tmp_path / "job.toml"
+    path.write_text(export_plan(plan, "torchtitan"))
+    config = manager.ConfigManager().parse_args(["--job.config_file", str(path)])
+    ac, par = config.activation_checkpoint, config.parallelism
+    assert (ac.mode, ac.selective_ac_option) == ("selective", "op")  # per-op SAC
+    assert par.context_parallel_degree == 2 and par.context_parallel_load_balancer == "headtail"
+    assert config.model.converters == ["quantize.linear.float8"]
+    assert set(config.model.converters) <= set(_registry_model_converter_cls)  # what ModelConvertersContainer looks up
+    assert config.quantize.linear.float8.filter_fqns == ["output"] and config.quantize.linear.float8.recipe_name is None
+    assert config.training.mixed_precision_param == "bfloat16"
+    dims = ParallelDims(dp_replicate=par.data_parallel_replicate_degree, dp_shard=par.data_parallel_shard_degree,
+                        cp=par.context_parallel_degree, tp=par.tensor_parallel_degree, pp=par.pipeline_parallel_degree,
+                        ep=par.expert_parallel_degree, etp=par.expert_tensor_parallel_degree, world_size=plan.world_size)
+    assert dims.fsdp_enabled and config.training.seq_len % dims.seq_len_divisor == 0  # as parallelize_llama asserts
+
+
+def test_torchtitan_0_3_reads_selective_and_cp_from_the_command_line():
+    manager = torchtitan_manager("0.3")
+    text = export_plan(uniform_plan(cluster="h100-80g:1x8", **LEVELS_TOML), "torchtitan")
+    _, _, overrides = torchtitan_0_3_command(text)
+    config = manager.ConfigManager().parse_args(["--module", "llama3", "--config", "llama3_debugmodel", *overrides])
+    assert type(config.activation_checkpoint).__qualname__ == "SelectiveAC.Config"
+    assert config.parallelism.context_parallel_degree == 2 and config.parallelism.data_parallel_shard_degree == 1
+
+
+MEGATRON_CASES = [  # strategy, chunks, precision: what Megatron-LM's own argument code makes of each export
+    (S(2, 2, 1, "selective", True, cp=2), (4,), "fp8"),
+    (S(1, 2, 1, "full", True, cp=2), (2, 2), "bf16"),
+    (S(4, 1, 0, "none", cp=2), (4,), "bf16"),
+    (S(4, 1, 1, "selective"), (1, 1, 1, 1), "bf16"),
+]
+
+
+def megatron_reads(tmp_path, text):
+    """What megatron_arguments.py, run against the Megatron-LM checkout at $MEGATRON_LM, makes of a script."""
+    checkout = os.environ.get("MEGATRON_LM")
+    if not checkout or not os.path.isfile(os.path.join(checkout, "megatron", "training", "arguments.py")):
+        pytest.skip("set MEGATRON_LM to a Megatron-LM checkout to read the flags with its arguments.py")
+    script = tmp_path / "launch.sh"
+    script.write_text(text)
+    helper = os.path.join(os.path.dirname(__file__), "megatron_arguments.py")
+    env = {**os.environ, "PYTHONPATH": checkout}
+    out = subprocess.run([sys.executable, helper, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if "unavailable" in result:
+        pytest.skip(f"Megatron-LM does not import here: {result['unavailable']}")
+    return result
+
+
+@pytest.mark.parametrize("strategy,chunks,precision", MEGATRON_CASES)
+def test_megatron_arguments_read_the_levels(tmp_path, strategy, chunks, precision):
+    plan = uniform_plan(cluster="h100-80g:1x8", strategy=strategy, chunk_blocks=chunks, micro_batches=4,
+                        precision=precision, schedule="interleaved-1f1b" if len(chunks) == 4 else "1f1b",
+                        virtual_stages=2 if len(chunks) == 4 else 1)
+    job = job_of(plan)
+    got = megatron_reads(tmp_path, export_plan(plan, "megatron"))
+    assert "error" not in got, got
+    assert (got["world"], got["dp"], got["tp"], got["cp"], got["pp"]) == (job.world, job.dp, job.tp, job.cp, job.pp)
+    assert got["recompute_granularity"] == {"none": None}.get(job.recompute, job.recompute)
+    if job.recompute == "selective":
+        assert got["recompute_modules"] == ["core_attn"] and got["recompute_method"] is None
+    if job.recompute == "full":
+        assert (got["recompute_method"], got["recompute_num_layers"]) == ("uniform", 1)
+    assert got["fp8"] == ("hybrid" if precision == "fp8" else None) and got["bf16"]
+    if precision == "fp8":
+        assert (got["fp8_recipe"], got["fp8_amax_history_len"], got["fp8_amax_compute_algo"]) == \
+            ("delayed", 1024, "max")
+    assert got["distributed_optimizer"] == (job.zero == 1 and job.replicas > 1)
+
+
+def test_megatron_arguments_require_the_environment_for_cp(tmp_path):
+    plan = uniform_plan(strategy=S(4, 1, 0, cp=2), chunk_blocks=(4,))
+    text = export_plan(plan, "megatron").replace("export CUDA_DEVICE_MAX_CONNECTIONS=1\n", "")
+    got = megatron_reads(tmp_path, text)
+    assert "context parallelism require setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS" in got["error"]

@@ -68,7 +68,7 @@ def test_megatron_uneven_stages_are_first_and_last_counts():
 
 REFUSED = [  # engine, strategy, chunks, c, schedule, v, model, what the one line says
     ("torchtitan", S(4, 1, 1), (2, 2), 4, "1f1b", 1, "tiny-llama", "no ZeRO-1 with a pipeline"),
-    ("torchtitan", S(4, 2, 0, False, True), (4,), 4, "1f1b", 1, "tiny-llama", "cannot be combined with tp or pp"),
+    ("torchtitan", S(4, 2, 0, False, True), (4,), 4, "1f1b", 1, "tiny-llama", "cannot be combined with tp, cp or pp"),
     ("torchtitan", S(4, 1, 0), (2, 2), 4, "1f1b", 1, "tiny-llama", "no ZeRO-0 with a pipeline"),
     ("torchtitan", S(4, 2, 3), (4,), 4, "1f1b", 1, "tiny-llama", "always shards the sequence"),
     ("torchtitan", S(8, 1, 3), (4,), 4, "1f1b", 1, "tiny-gpt", "no gpt2 model"),

@@ -59,7 +59,8 @@ def resolve_precision(precision: "Precision | None", cluster, among: tuple[str, 
     peaks = cluster.device.peak_flops
     usable = [p for p in DEFAULT_PRECISIONS if p in among and peaks.get(p, 0.0) > 0]
     if not usable:
-        raise UniapError(f"{cluster.device.name} computes in none of the precisions {', '.join(among)}"
+        raise UniapError(f"{cluster.device.name} computes in none of the precisions "
+                         f"{', '.join(p for p in among if p in DEFAULT_PRECISIONS)}"
                          + (f" ({engine}'s)" if engine else ""))
     return max(usable, key=lambda p: (peaks[p], DEFAULT_PRECISIONS.index(p)))  # a tie prefers the later (16-bit)
 

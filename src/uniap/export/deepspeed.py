@@ -12,8 +12,16 @@ test_engine_parsers.py). What it can express:
   split exported. The stage count and partition live in the model code; the config's `pipeline` section
   records them, and its `activation_checkpoint_interval` (1: every layer) recomputes;
 - without a pipeline, recomputation is the model's own (`deepspeed.checkpointing`, configured by the
-  `activation_checkpointing` section written when the plan recomputes);
-- bf16, fp16 (mixed precision with fp32 master weights) or fp32;
+  `activation_checkpointing` section written when the plan recomputes). Either way a whole layer is recomputed:
+  the config has no selective (attention-core) recomputation (`runtime/activation_checkpointing/config.py` has
+  partition_activations, cpu_checkpointing, contiguous_memory_optimization, number_checkpoints,
+  synchronize_checkpoint_boundary and profile only), so a selective plan is refused;
+- no context parallelism: its sequence parallelism (Ulysses: `deepspeed.sequence.layer.DistributedAttention`,
+  the config's `sequence_parallel_size` only sizing the data-parallel world in `DeepSpeedConfig`) is an all-to-all
+  over attention heads set up in the model code, not the plan's load-balanced split of the sequence with keys and
+  values passed around; a plan with cp > 1 is refused;
+- bf16, fp16 (mixed precision with fp32 master weights) or fp32; no fp8 (the config has no fp8 section: fp8
+  GEMMs would be the model code's, Transformer Engine's `fp8_autocast`), so an fp8 plan is refused;
 - any model family: the model is the user's own code (`architecture_why_not`), but not a mixture of experts,
   whose experts DeepSpeed places inside that code (`deepspeed.moe.layer.MoE(ep_size=...)`), not from the config.
 The batch rule is DeepSpeed's: train_batch_size = train_micro_batch_size_per_gpu × gradient_accumulation_steps ×
@@ -37,9 +45,17 @@ def architecture_why_not(config: ModelConfig) -> str | None:
 
 
 RULES = EngineRules(name="deepspeed", families=None, precisions=("bf16", "fp16", "fp32"),
+                    recompute_levels=("none", "full"), context_parallel=False,
                     zero_stages=(0, 1, 2, 3), pipeline_zero_stages=(0, 1), tensor_parallel=False,
                     sequence_parallel_always=False, replicate_alone=False, pipeline_schedules=("1f1b",), split=EVEN,
-                    architecture_why_not=architecture_why_not)
+                    architecture_why_not=architecture_why_not,
+                    absent={"fp8": "its config has no fp8 section (fp8 GEMMs would be the model code's, e.g. Transformer "
+                                   "Engine's fp8_autocast)",
+                            "selective": "its activation checkpointing recomputes whole layers (the pipeline's "
+                                         "activation_checkpoint_interval, deepspeed.checkpointing), never the "
+                                         "attention core alone",
+                            "cp": "its sequence parallelism (Ulysses, sequence_parallel_size) is an all-to-all over "
+                                  "attention heads in the model code, not a split of the sequence"})
 
 PARTITION = "type:block"
 """`PipelineModule`'s partition_method: balance the layers whose class name matches "block" (adapt the regex to
@@ -53,10 +69,11 @@ def config_of(job: EngineJob) -> dict:
     elif job.precision == "fp16":
         config["fp16"] = {"enabled": True}
     config["zero_optimization"] = {"stage": job.zero if job.dp > 1 else 0}
+    recompute = job.recompute == "full"  # the one level RULES lets through besides none
     if job.pp > 1:
         config["pipeline"] = {"stages": job.pp, "partition": PARTITION,
-                              "activation_checkpoint_interval": int(job.recompute)}
-    elif job.recompute:
+                              "activation_checkpoint_interval": int(recompute)}
+    elif recompute:
         config["activation_checkpointing"] = {"partition_activations": False, "contiguous_memory_optimization": False}
     return config
 

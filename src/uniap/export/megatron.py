@@ -6,7 +6,8 @@ Flags and rules checked in Megatron-LM main at d98e8a6 (2026-08-22): `megatron/t
 training code is not in the `megatron-core` wheel, so tests/export/engine_readers.py checks a file against a schema
 of those flags as arguments.py declares them, and re-derives the layer split the way `get_num_layers_to_build`
 does:
-- the data-parallel size is not a flag: world / (tp · pp), from the launch;
+- the data-parallel size is not a flag: world / (tp · cp · pp), from the launch (`validate_args`'
+  total_model_size, `data_parallel_size = world_size // total_model_size`);
 - `--decoder-first-pipeline-num-layers` / `--decoder-last-pipeline-num-layers` set the first and last stage,
   the other stages share the rest equally; without them every stage is equal. With virtual stages
   (`--num-virtual-stages-per-pipeline-rank`, the form that works with uneven stages) a stage's chunks are equal;
@@ -14,10 +15,24 @@ does:
 - ZeRO-1 is `--use-distributed-optimizer`; ZeRO-2/3 would be Megatron-FSDP (`--use-megatron-fsdp`), not exported;
 - pipelines run 1F1B or interleaved 1F1B (no GPipe); `--sequence-parallel` needs tp > 1;
 - recomputing every block is `--recompute-granularity full --recompute-method uniform --recompute-num-layers 1`;
+  selective recomputation is `--recompute-granularity selective` alone (`validate_args` asserts no
+  `--recompute-method` with it, TransformerConfig no `--recompute-num-layers`); its `--recompute-modules` default
+  ["core_attn"] is the attention core the plan recomputes (core/transformer/transformer_config.py);
+- context parallelism is `--context-parallel-size` cp (ModelParallelConfig `context_parallel_size`; the default
+  `--cp-comm-type p2p` passes keys and values around the cp ring). `validate_args` asserts that the sequence is a
+  multiple of 2 · cp (its load-balanced halves) and that CUDA_DEVICE_MAX_CONNECTIONS=1 with cp > 1 as with tp > 1
+  before Blackwell; the rank order is tp, cp, dp (`parallel_state`, order "tp-cp-ep-dp-pp"), ours; gradients
+  are reduced and the distributed optimizer shards over dp · cp, as the plan's ZeRO does;
+- fp8 is `--bf16 --fp8-format hybrid` (TransformerConfig `fp8`, e4m3 forward and e5m2 gradients) through
+  Transformer Engine (`--transformer-impl transformer_engine`, the default) in the transformer layers only (the
+  output layer stays bf16: `fp8_output_proj` is for mxfp8 only), with the recipe's defaults spelled as
+  examples/llama/train_llama3_8b_h100_fp8.sh gives them: delayed scaling (`--fp8-recipe delayed`, the default)
+  over `--fp8-amax-history-len 1024` with `--fp8-amax-compute-algo max` (TransformerConfig's defaults are 1 and
+  most_recent). Parameters stay bf16 (no `--fp8-param-gather`), as the plan prices them;
 - RoPE rotates with `--rotary-base` (an int, default 10000) and Llama 3.1's scaling with `--use-rope-scaling`
   (factor `--rope-scaling-factor`, default 8);
-- with tp > 1 `validate_args` asserts CUDA_DEVICE_MAX_CONNECTIONS=1 before Blackwell (device arch < 10; it
-  only warns with Megatron-FSDP, not exported), so the script sets it;
+- with tp > 1 or cp > 1 `validate_args` asserts CUDA_DEVICE_MAX_CONNECTIONS=1 before Blackwell (device arch
+  < 10; it only warns with Megatron-FSDP, not exported), so the script sets it;
 - a mixture of experts (`--num-experts`, `--moe-router-topk`, `--moe-ffn-hidden-size`,
   `--moe-shared-expert-intermediate-size`, `--moe-layer-freq` for a dense/MoE pattern; the TransformerConfig
   fields arguments.py turns into flags) lays its experts out by "parallel folding": `--expert-model-parallel-size`
@@ -93,11 +108,27 @@ MOE_FAMILIES = ("mixtral", "deepseek_v3")
 is a llama whose MLPs are experts, DeepSeek-V3 adds the MLA flags. (Qwen's MoE families stay out with their dense
 families.) `architecture_why_not` still refuses what a given config needs beyond them."""
 
-RULES = EngineRules(name="megatron", families=("gpt2", "llama") + MOE_FAMILIES, precisions=("bf16", "fp16", "fp32"),
-                    zero_stages=(0, 1), pipeline_zero_stages=(0, 1), tensor_parallel=True,
+def sequence_divisor(s: Strategy) -> int:
+    """`validate_args`: "seq-length should be a multiple of 2 * context-parallel-size if context-parallel-size > 1"."""
+    return 2 * s.cp if s.cp > 1 else 1
+
+
+RULES = EngineRules(name="megatron", families=("gpt2", "llama") + MOE_FAMILIES,
+                    precisions=("bf16", "fp16", "fp32", "fp8"), recompute_levels=("none", "selective", "full"),
+                    context_parallel=True, zero_stages=(0, 1), pipeline_zero_stages=(0, 1), tensor_parallel=True,
                     sequence_parallel_always=False, replicate_alone=False,
                     pipeline_schedules=("1f1b", "interleaved-1f1b"), split=FIRST_LAST,
-                    architecture_why_not=architecture_why_not, expert_layout_why_not=expert_layout_why_not)
+                    architecture_why_not=architecture_why_not, expert_layout_why_not=expert_layout_why_not,
+                    sequence_divisor=sequence_divisor,
+                    absent={"selective-op": "its selective recompute recomputes modules (--recompute-modules: the "
+                                            "attention core by default), not torchtitan's per-op policy (plan with "
+                                            "selective)"})
+
+RECOMPUTE_FLAGS = {"none": [], "selective": ["--recompute-granularity selective"],
+                   "full": ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]}
+PRECISION_FLAGS = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp32": [],
+                   "fp8": ["--bf16", "--fp8-format hybrid", "--fp8-amax-history-len 1024",
+                           "--fp8-amax-compute-algo max"]}
 
 
 def model_flags(job: EngineJob) -> list[str]:
@@ -167,25 +198,25 @@ def expert_flags(job: EngineJob) -> list[str]:
 def write(job: EngineJob) -> str:
     flags = model_flags(job) + expert_flags(job) + [
         f"--tensor-model-parallel-size {job.tp}", f"--pipeline-model-parallel-size {job.pp}",
+        *([f"--context-parallel-size {job.cp}"] if job.cp > 1 else []),
         *(["--sequence-parallel"] if job.sp else []), *layer_flags(job),
         f"--micro-batch-size {job.micro_batch_size}", f"--global-batch-size {job.global_batch}",
-        *(["--use-distributed-optimizer"] if job.dp > 1 and job.zero == 1 else []),
-        *(["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
-          if job.recompute else []),
-        *({"bf16": ["--bf16"], "fp16": ["--fp16"]}.get(job.precision, [])),
+        *(["--use-distributed-optimizer"] if job.replicas > 1 and job.zero == 1 else []),
+        *RECOMPUTE_FLAGS[job.recompute], *PRECISION_FLAGS[job.precision],
     ]
     nodes = max(1, job.world // job.devices_per_node)
     per_node = job.world // nodes
     head = ["#!/bin/sh",
             f"# {job.model} on {job.world} devices, from a uniap plan (Megatron-LM flags as of d98e8a6).",
-            f"# data-parallel size = {job.world} / (tp {job.tp} · pp {job.pp}) = {job.dp}; "
+            f"# data-parallel size = {job.world} / (tp {job.tp}{f' · cp {job.cp}' if job.cp > 1 else ''} · pp "
+            f"{job.pp}) = {job.dp}; "
             f"{job.micro_batches} micro-batches per iteration.",
             "# Run from a Megatron-LM checkout on every node; add data, tokenizer and optimizer flags as arguments."]
     if not job.config.learned_positions and rope_of(job) is None:
         head += ["# The plan does not record this model's rope_theta or rope_scaling: Megatron-LM rotates with base",
                  "# 10000 unless given --rotary-base THETA (and --use-rope-scaling for rope_scaling of type llama3)."]
-    if job.tp > 1:
-        head += ["# validate_args requires this with tensor parallelism on GPUs before Blackwell:",
+    if job.tp > 1 or job.cp > 1:
+        head += ["# validate_args requires this with tensor or context parallelism on GPUs before Blackwell:",
                  "export CUDA_DEVICE_MAX_CONNECTIONS=1"]
     head.append(f"torchrun --nnodes {nodes} --nproc-per-node {per_node}{RENDEZVOUS if nodes > 1 else ''} {SCRIPT} \\")
     return "\n".join(head + [f"  {flag} \\" for flag in flags] + ['  "$@"']) + "\n"

@@ -22,11 +22,31 @@ What torchtitan can express, from its source (0.2.2 `models/llama3/infra/paralle
 - stages are any module lists per chunk (`module_fqns_per_model_part`), chunk j on rank j mod pp for the looped
   Interleaved1F1B; GPipe, 1F1B, Interleaved1F1B. The output layer is `output` in 0.2.2 and `lm_head` in 0.3.0
   (its `Decoder`), so the TOML and the header's command line name it each their way;
-- training precision bfloat16 or float32 (`mixed_precision_param`); the llama3 and qwen3 models (`MODELS`).
+- recomputation: "full" is `activation_checkpoint.mode = "full"`; "selective-op" is `mode = "selective"` with
+  `selective_ac_option = "op"`, torchtitan's per-op selective checkpointing (0.2.2
+  `distributed/activation_checkpoint.py` `_apply_op_sac`, 0.3.0 `SelectiveAC`, the subcommand
+  `activation-checkpoint:selective`), as the plan priced it. Megatron-LM's "selective" (the attention core alone)
+  has no torchtitan policy and is refused;
+- context parallelism is `parallelism.context_parallel_degree` cp (load balancer "headtail" by default: the
+  halves of a causal sequence, as planned; keys and values all-gathered, `context_parallel_rotate_method`). FSDP
+  always runs over dp_shard · cp with it (`ParallelDims.fsdp_enabled`), so cp takes ZeRO-2/3 over dp · cp, the
+  plan's; the rank order is tp, cp, dp (mesh ["pp", "batch", "cp", "tp"]). `parallelize_llama` / `parallelize_qwen3`
+  assert that the sequence is a multiple of tp · 2 · cp (`ParallelDims.seq_len_divisor`, with or without cp);
+- fp8 is bf16 (`mixed_precision_param`) with torchao's Float8Linear: `model.converters =
+  ["quantize.linear.float8"]` (0.2.2's registered name, `components/quantization/float8.py`; its docs' older
+  "float8" is no longer registered) with `[quantize.linear.float8] filter_fqns` naming the output layer (and an
+  MoE's router gate, as 0.3.0's deepseek_v3 recipe does) so that only the blocks' GEMMs run in fp8 (tensorwise
+  dynamic scaling, the default recipe; tensor-parallel collectives stay bf16). An MoE's experts add
+  "quantize.grouped_mm.float8" (`[quantize.grouped_mm.float8] fqns = ["experts"]`), a prototype that asserts
+  pp = 1 and cp = 1 and needs torchao's nightly build. 0.3.0 sets converters in the config registry entry
+  (`model_registry(FLAVOR, converters=[Float8LinearConverter.Config(filter_fqns=["lm_head"])])`; `model_spec` is
+  not a command-line field): of the recipes here only llama3_405b converts, so its recipe is named for fp8 plans
+  only and the header says what RECIPE needs otherwise;
+- training precision bfloat16, float32 or fp8 as above; the llama3 and qwen3 models (`MODELS`).
   0.2.2's qwen3 has no pipelining (its TrainSpec's `pipelining_fn` is None: "does not support pipelining"), 0.3.0's
   has, but not with tied embeddings ("Weight tying is not supported with Pipeline Parallel");
 - mixtures of experts in qwen3's MoE flavors (every block MoE, no shared expert, `moe_enabled`); llama3 has none.
-  `parallelism.expert_parallel_degree` ep borrows its ranks from FSDP and tp: the expert mesh is
+  `parallelism.expert_parallel_degree` ep borrows its ranks from FSDP (over dp_shard · cp) and tp: the expert mesh is
   ["pp", "dp_replicate", "efsdp", "ep"] with efsdp = dp_shard · cp · tp / ep (0.2.2 and main b5bcd76
   `distributed/parallel_dims.py`, whose main raises unless ep divides dp_shard · cp · tp), so DDP's replicas
   (dp_replicate) lend none. 0.2.2 has `expert_tensor_parallel_degree` 1 or tp; main deprecated it (c4b409af2,
@@ -112,16 +132,25 @@ def experts_why_not(config: ModelConfig, model: TitanModel) -> str | None:
 
 
 def expert_layout_why_not(s: Strategy) -> str | None:
-    """ep borrows ranks from dp_shard · tp (FSDP's shards, not DDP's replicas) and keeps each expert whole; without
-    ep the experts are tensor-parallel like the MLP."""
+    """ep borrows ranks from dp_shard · cp · tp (FSDP's shards, not DDP's replicas) and keeps each expert whole;
+    without ep the experts are tensor-parallel like the MLP."""
     if s.ep == 1 and s.etp != s.tp:
         return f"its experts without expert parallelism are split like the MLP, etp = tp (the plan has {s.label()})"
     if s.ep > 1 and s.etp > 1:
         return f"its expert parallelism keeps each expert whole, etp 1 (the plan has {s.label()})"
-    shards = s.dp if s.zero >= 2 else 1
+    shards = (s.dp if s.zero >= 2 else 1) * s.cp
     if (shards * s.tp) % s.ep:
-        return f"its expert parallelism borrows ranks from FSDP and tp (dp_shard · tp = {shards * s.tp}, which ep " \
-               f"{s.ep} does not divide; DDP's replicas lend none)"
+        return f"its expert parallelism borrows ranks from FSDP and tp (dp_shard · cp · tp = {shards * s.tp}, which " \
+               f"ep {s.ep} does not divide; DDP's replicas lend none)"
+    return None
+
+
+def job_why_not(job: EngineJob) -> str | None:
+    """0.2.2's float8 MoE training (`Float8GroupedMMConverter`) asserts "does not yet support pipeline
+    parallelism" and "... context parallelism"."""
+    if job.precision == "fp8" and job.config.is_moe and (job.pp > 1 or job.cp > 1):
+        return "its float8 MoE training (quantize.grouped_mm.float8, a prototype) runs without pipeline and " \
+               f"context parallelism (the plan has pp {job.pp}, cp {job.cp})"
     return None
 
 
@@ -133,15 +162,30 @@ def pipeline_why_not(config: ModelConfig) -> str | None:
     return None
 
 
-RULES = EngineRules(name="torchtitan", families=tuple(MODELS), precisions=("bf16", "fp32"), zero_stages=(0, 2, 3),
+def sequence_divisor(s: Strategy) -> int:
+    """`ParallelDims.seq_len_divisor`: tp (sequence parallelism) · 2 · cp (the load balancer's halves)."""
+    return s.tp * 2 * s.cp
+
+
+RULES = EngineRules(name="torchtitan", families=tuple(MODELS), precisions=("bf16", "fp32", "fp8"),
+                    recompute_levels=("none", "selective-op", "full"), context_parallel=True, zero_stages=(0, 2, 3),
                     pipeline_zero_stages=(2, 3), tensor_parallel=True, sequence_parallel_always=True,
                     replicate_alone=True, pipeline_schedules=("gpipe", "1f1b", "interleaved-1f1b"), split=ANY_SPLIT,
                     architecture_why_not=architecture_why_not, pipeline_why_not=pipeline_why_not,
-                    expert_layout_why_not=expert_layout_why_not)
+                    expert_layout_why_not=expert_layout_why_not, sequence_divisor=sequence_divisor,
+                    job_why_not=job_why_not,
+                    absent={"selective": "its selective checkpointing is per op or every N-th layer, never the "
+                                         "attention core alone (plan with selective-op, torchtitan's per-op policy)"})
 
 SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B"}
-PRECISIONS = {"bf16": "bfloat16", "fp32": "float32"}
+PRECISIONS = {"bf16": "bfloat16", "fp32": "float32", "fp8": "bfloat16"}
+AC_MODES = {"none": "none", "selective-op": "selective", "full": "full"}  # the plan's level -> activation_checkpoint.mode
 RESHARD = {2: "never", 3: "always"}
+FLOAT8 = "quantize.linear.float8"
+FLOAT8_EXPERTS = "quantize.grouped_mm.float8"
+"""0.2.2's registered converter names (`register_model_converter`): Float8Linear, and float8 grouped GEMMs."""
+FLOAT8_RECIPES = frozenset({"llama3_405b"})
+"""0.3.0's config registry entries of `FLAVORS` whose model converts to Float8Linear (filter_fqns ["lm_head"])."""
 
 
 @dataclass(frozen=True)
@@ -209,13 +253,14 @@ def model_parts(job: EngineJob, head: str) -> list[list[str]]:
 def config_of(job: EngineJob, release: str) -> dict:
     """The TOML tables of the job (torchtitan 0.2.2 JobConfig sections), its modules named as `release` names
     them."""
-    sharded = job.dp > 1 and job.zero > 0
+    sharded = job.replicas > 1 and job.zero > 0
     local = job.global_batch // job.dp if job.pp > 1 else job.micro_batch_size
     parallelism = {
         "data_parallel_replicate_degree": job.dp if job.dp > 1 and job.zero == 0 else 1,
         "data_parallel_shard_degree": job.dp if sharded else 1,
         "fsdp_reshard_after_forward": RESHARD[job.zero] if sharded else "default",
         "tensor_parallel_degree": job.tp,
+        "context_parallel_degree": job.cp,
         "pipeline_parallel_degree": job.pp,
         "pipeline_parallel_schedule": SCHEDULES[job.schedule],
         "pipeline_parallel_microbatch_size": job.micro_batch_size,
@@ -224,20 +269,38 @@ def config_of(job: EngineJob, release: str) -> dict:
     if job.config.is_moe:
         parallelism["expert_parallel_degree"] = job.ep
     flavor = flavor_of(job.config)
-    return {
+    model = {"name": MODELS[job.config.family].name, "flavor": flavor.name if flavor else job.model}
+    tables = {
         "job": {"description": f"uniap plan: {job.model}, {job.world} devices"},
-        "model": {"name": MODELS[job.config.family].name, "flavor": flavor.name if flavor else job.model},
+        "model": model,
         "training": {"local_batch_size": local, "global_batch_size": job.global_batch, "seq_len": job.seq_len,
                      "mixed_precision_param": PRECISIONS[job.precision]},
         "parallelism": parallelism,
-        "activation_checkpoint": {"mode": "full" if job.recompute else "none"},
+        "activation_checkpoint": {"mode": AC_MODES[job.recompute],
+                                  **({"selective_ac_option": "op"} if job.recompute == "selective-op" else {})},
     }
+    if job.precision == "fp8":  # the blocks' Linears (and grouped experts) in fp8; head and router stay bf16
+        model["converters"] = [FLOAT8, FLOAT8_EXPERTS] if job.config.is_moe else [FLOAT8]
+        tables[FLOAT8] = {"filter_fqns": [HEAD[release]] + (["router.gate"] if job.config.is_moe else [])}
+        if job.config.is_moe:
+            tables[FLOAT8_EXPERTS] = {"fqns": ["experts"]}
+    return tables
+
+
+def recipe_of(job: EngineJob) -> str:
+    """The 0.3.0 config registry entry that builds the job's model as planned ("" where none does): the flavor's,
+    if it converts to float8 exactly when the plan trains in fp8."""
+    flavor = flavor_of(job.config)
+    if flavor is None or not flavor.recipe or (flavor.recipe in FLOAT8_RECIPES) != (job.precision == "fp8"):
+        return ""
+    return flavor.recipe
 
 
 def recipe_arguments(job: EngineJob) -> list[str]:
     """torchtitan 0.3.0's command line for the job after `--module MODEL --config RECIPE`: the same keys as
     overrides (a list[str] is comma-separated there, one per model part), CUDA graphs off under a pipeline (0.3.0
-    refuses both together), and the activation checkpoint choice."""
+    refuses both together), and the activation checkpoint choice (its subcommands none, selective, full). Float8
+    is not among them: 0.3.0 takes it from the config registry entry (`notes`)."""
     tables = config_of(job, "0.3.0")
     args = []
     for section in ("training", "parallelism"):
@@ -246,7 +309,7 @@ def recipe_arguments(job: EngineJob) -> list[str]:
             args += [f"--{section}.{key}", *parts]
     if job.pp > 1:  # 0.3.0 refuses "CUDA graphs do not support pipeline parallelism yet"
         args.append("--training.disable_cuda_graphs")
-    return args + [f"activation-checkpoint:{'full' if job.recompute else 'none'}"]
+    return args + [f"activation-checkpoint:{AC_MODES[job.recompute]}"]
 
 
 def notes(job: EngineJob) -> list[str]:
@@ -269,6 +332,17 @@ def notes(job: EngineJob) -> list[str]:
         if not flavor.recipe:
             lines.append(f"# 0.3.0 has no config registry entry for {model.name} {flavor.name}: RECIPE is one that "
                          "builds it.")
+        elif not recipe_of(job) and job.precision != "fp8":
+            lines.append(f"# 0.3.0's {flavor.recipe} converts the blocks to float8, which this plan does not: RECIPE "
+                         f"is an entry that builds {model.name} {flavor.name} without converters.")
+        elif not recipe_of(job):
+            lines.append(f"# 0.3.0's {flavor.recipe} does not convert to float8: RECIPE is an entry that builds "
+                         f"{model.name} {flavor.name} with the converters below.")
+    if job.precision == "fp8" and not recipe_of(job):
+        experts = " and Float8GroupedExpertsConverter.Config()" if job.config.is_moe else ""
+        lines.append(f"# fp8: 0.3.0 converts in the config registry entry, not on the command line: RECIPE's "
+                     f"model_registry(..., converters=[Float8LinearConverter.Config(filter_fqns="
+                     f"{[HEAD['0.3.0']] + (['router.gate'] if job.config.is_moe else [])}){experts}]).")
     if job.dp > 1 and job.zero >= 2 and job.pp > 1:
         lines += ["# Under a pipeline torch's PipelineStage keeps FSDP2's gradients unsharded over the micro-batches",
                   "# and reduce-scatters them once per iteration: each rank holds its stage's whole gradients, which",
@@ -286,8 +360,8 @@ def notes(job: EngineJob) -> list[str]:
 
 def write(job: EngineJob) -> str:
     """The TOML file; the flavor is the one torchtitan registers with the plan's sizes, whatever its name."""
-    model, flavor = MODELS[job.config.family], flavor_of(job.config)
-    recipe = flavor.recipe if flavor and flavor.recipe else "RECIPE"
+    model = MODELS[job.config.family]
+    recipe = recipe_of(job) or "RECIPE"
     lines = [f"# {job.model} on {job.world} devices, from a uniap plan: a torchtitan 0.2.x job config",
              "# (torchrun ... -m torchtitan.train --job.config_file THIS_FILE).",
              f"# torchtitan 0.3.0 has no TOML; the same plan as overrides of a {model.name} config registry entry "
