@@ -96,7 +96,9 @@ def test_every_costable_moe_row_is_costed_with_a_finite_prediction(bench, rows):
 
 def test_moe_rows_that_cannot_be_costed_say_why(rows):
     reasons = {r.id: r.skip_reason() for r in rows if r.is_moe}
-    assert "fp8" in reasons["mb2602-h100-qwen3-235b-a22b-fp8"]
+    # fp8 is costed now: the Qwen3 fp8 rows wait on the settings their source leaves out
+    assert "states zero, recompute" in reasons["mb2602-h100-qwen3-235b-a22b-fp8"]
+    assert "fp8" not in reasons["mb2602-h100-qwen3-235b-a22b-fp8"]
     assert "token dropping" in reasons["mb2509-h100-qwen3-30b-a3b-tokendrop"]
     assert "precision" in reasons["mb2509-h100-deepseek-v3-dropless"]
-    assert "dualpipe" in reasons["dsv3-report-pretrain-h800"] and "fp8" in reasons["dsv3-report-pretrain-h800"]
+    assert "dualpipe" in reasons["dsv3-report-pretrain-h800"]
