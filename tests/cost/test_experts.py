@@ -6,14 +6,12 @@ import dataclasses
 import numpy as np
 import pytest
 
+from reference_check import assert_milp_equals_reference
 from uniap.cost import comm
 from uniap.cost.compute import grouped_gemm_times
 from uniap.cost.memory import STATE_BYTES, activation_bytes_per_sample, static_bytes
 from uniap.cost.tables import build_program, disallowed, layer_cost, stage_links
 from uniap.errors import UniapError
-from uniap.solve.milp import solve
-from uniap.solve.program import evaluate
-from uniap.solve.reference import solve_reference
 from uniap.spec.cluster import load_cluster
 from uniap.spec.families import build_layers
 from uniap.spec.model import ModelConfig
@@ -146,16 +144,7 @@ def test_milp_over_expert_columns_matches_the_reference(model, seed):
     program = build_program(model, cluster, workload, stages, micro_batches, strategies)
     if not program.allowed.any(axis=1).all():
         pytest.skip("no strategy fits some layer")
-    loose = solve_reference(program)
-    for capacity in (program.memory_capacity, float(np.quantile(program.Ms.max(axis=1), 0.5) * 3)):
-        prog = dataclasses.replace(program, memory_capacity=capacity)
-        reference = solve_reference(prog) if capacity != program.memory_capacity else loose
-        found = solve(prog)
-        if reference is None:
-            assert found is None
-            continue
-        assert found.objective == pytest.approx(reference.objective, rel=1e-6)
-        assert found.objective == pytest.approx(evaluate(prog, found.stage_of, found.strategy_of), rel=1e-9)
+    assert_milp_equals_reference(program, float(np.quantile(program.Ms.max(axis=1), 0.5) * 3))
 
 
 def test_planner_never_loses_to_megatron_grid_with_expert_parallelism(model):

@@ -6,13 +6,11 @@ import dataclasses
 import numpy as np
 import pytest
 
+from reference_check import assert_milp_equals_reference
 from uniap.cost.compute import attention_seconds, layer_time
 from uniap.cost.memory import activation_bytes_per_sample, static_bytes
 from uniap.cost.tables import build_program, compute_peaks, disallowed, layer_cost, layer_compute, stage_links
 from uniap.planner import plan_search
-from uniap.solve.milp import solve
-from uniap.solve.program import evaluate
-from uniap.solve.reference import solve_reference
 from uniap.spec import load_model
 from uniap.spec.cluster import load_cluster
 from uniap.spec.engine import Engine
@@ -152,16 +150,7 @@ def test_milp_over_selective_and_cp_columns_matches_the_reference(seed):
     program = build_program(model, cluster, workload, stages, micro_batches, strategies)
     if not program.allowed.any(axis=1).all():
         pytest.skip("no strategy fits some layer")
-    loose = solve_reference(program)
-    for capacity in (program.memory_capacity, float(np.quantile((program.Ms + program.Ma).max(axis=1), 0.5) * 2)):
-        prog = dataclasses.replace(program, memory_capacity=capacity)
-        reference = solve_reference(prog) if capacity != program.memory_capacity else loose
-        found = solve(prog)
-        if reference is None:
-            assert found is None
-            continue
-        assert found.objective == pytest.approx(reference.objective, rel=1e-6)
-        assert found.objective == pytest.approx(evaluate(prog, found.stage_of, found.strategy_of), rel=1e-9)
+    assert_milp_equals_reference(program, float(np.quantile((program.Ms + program.Ma).max(axis=1), 0.5) * 2))
 
 
 def test_long_context_plan_uses_cp_and_beats_the_best_plan_without_it():
