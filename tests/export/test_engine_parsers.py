@@ -5,6 +5,7 @@ test_engine_builds.py check the same files against our readers of the engines al
 is no package: with MEGATRON_LM set to a checkout (d98e8a6 checked), its arguments.py reads the launch scripts
 (megatron_arguments.py)."""
 
+import dataclasses
 import importlib
 import json
 import os
@@ -188,12 +189,30 @@ def test_torchtitan_0_2_reads_selective_cp_and_fp8(tmp_path):
     assert par.context_parallel_degree == 2 and par.context_parallel_load_balancer == "headtail"
     assert config.model.converters == ["quantize.linear.float8"]
     assert set(config.model.converters) <= set(_registry_model_converter_cls)  # what ModelConvertersContainer looks up
+    assert "float8" not in _registry_model_converter_cls  # the name of its older docs is gone
     assert config.quantize.linear.float8.filter_fqns == ["output"] and config.quantize.linear.float8.recipe_name is None
     assert config.training.mixed_precision_param == "bfloat16"
     dims = ParallelDims(dp_replicate=par.data_parallel_replicate_degree, dp_shard=par.data_parallel_shard_degree,
                         cp=par.context_parallel_degree, tp=par.tensor_parallel_degree, pp=par.pipeline_parallel_degree,
                         ep=par.expert_parallel_degree, etp=par.expert_tensor_parallel_degree, world_size=plan.world_size)
     assert dims.fsdp_enabled and config.training.seq_len % dims.seq_len_divisor == 0  # as parallelize_llama asserts
+
+
+def test_torchtitan_0_2_reads_the_float8_experts(tmp_path):
+    manager = torchtitan_manager("0.2")
+    from torchtitan.protocols.model_converter import _registry_model_converter_cls
+
+    from test_export_moe import QWEN3_MOE, moe_plan
+
+    plan = moe_plan(QWEN3_MOE, S(8, 1, 3, ep=8), cluster="h100-80g:1x8")
+    path = tmp_path / "job.toml"
+    path.write_text(export_plan(dataclasses.replace(plan, workload={**plan.workload, "precision": "fp8"}), "torchtitan"))
+    config = manager.ConfigManager().parse_args(["--job.config_file", str(path)])
+    assert config.model.converters == ["quantize.linear.float8", "quantize.grouped_mm.float8"]
+    assert set(config.model.converters) <= set(_registry_model_converter_cls)
+    assert config.quantize.grouped_mm.float8.fqns == ["experts"]
+    assert config.quantize.linear.float8.filter_fqns == ["output", "router.gate"]
+    assert config.parallelism.expert_parallel_degree == 8
 
 
 def test_torchtitan_0_3_reads_selective_and_cp_from_the_command_line():
@@ -255,3 +274,19 @@ def test_megatron_arguments_require_the_environment_for_cp(tmp_path):
     text = export_plan(plan, "megatron").replace("export CUDA_DEVICE_MAX_CONNECTIONS=1\n", "")
     got = megatron_reads(tmp_path, text)
     assert "context parallelism require setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS" in got["error"]
+
+
+def test_torchtitan_0_3_recipes_convert_to_float8_as_listed(monkeypatch):
+    torchtitan_manager("0.3")
+    pytest.importorskip("torchao")
+    float8 = pytest.importorskip("torchtitan.components.quantization.float8")
+    from torchtitan.components.quantization.utils import has_quantization
+
+    from uniap.export.torchtitan import FLAVORS, FLOAT8_RECIPES
+
+    monkeypatch.setattr(float8, "has_cuda_capability", lambda *_: True)  # as on an H100: the converter converts
+    for flavor in FLAVORS:
+        if flavor.recipe:
+            registry = importlib.import_module(f"torchtitan.models.{MODELS[flavor.family].name}.config_registry")
+            spec = getattr(registry, flavor.recipe)().model_spec
+            assert has_quantization(spec.model) == (flavor.recipe in FLOAT8_RECIPES), flavor.recipe

@@ -150,6 +150,9 @@ REFUSED = [  # engine, strategy, chunks, precision, what the one line says
     ("deepspeed", S(8, 1, 3, "selective"), (4,), "bf16",
      "it has no selective recomputation (it recomputes none, full): its activation checkpointing recomputes whole "
      "layers"),
+    ("deepspeed", S(8, 1, 3, "selective-op"), (4,), "bf16",
+     "it has no selective-op recomputation (it recomputes none, full): its activation checkpointing recomputes "
+     "whole layers"),
     ("deepspeed", S(4, 1, 3, cp=2), (4,), "bf16",
      "its configuration has no context parallelism (the plan has cp 2): its sequence parallelism (Ulysses"),
     ("deepspeed", S(8, 1, 3), (4,), "fp8",

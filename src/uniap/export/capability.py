@@ -1,7 +1,7 @@
 """What a training engine can express, and a plan reduced to the terms every engine's configuration speaks.
 
 Engines configure a job with one strategy for all transformer blocks (tensor, context, data and pipeline sizes, one
-ZeRO level, one recomputation level: none, selective or full) and a way to split the blocks into stages; in a
+ZeRO level, one recomputation level: none, selective, selective-op or full) and a way to split the blocks into stages; in a
 mixture of experts one expert layout (ep, etp) for every MoE block, the dense blocks running the same strategy
 without one. The embedding and head run the blocks' strategy without recomputation (their cp included: every
 layer sees its 1/cp of the sequence). `job_of` reduces a plan to that (`EngineJob`) or refuses it in one line
@@ -61,7 +61,8 @@ class EngineJob:
     """Expert tensor-parallel degree of the MoE blocks (1 in a dense model)."""
     recompute: str
     """What every block recomputes in backward, one of `uniap.strategies.RECOMPUTE_LEVELS`: "none", "selective"
-    (the attention core: scores, softmax, dropout) or "full" (the whole block from its input). Embedding and head
+    (the attention core: scores, softmax, dropout; Megatron-LM's), "selective-op" (the element-wise operators and
+    every second GEMM; torchtitan's per-op policy) or "full" (the whole block from its input). Embedding and head
     never recompute."""
     cp: int
     """Context-parallel degree of every layer: each sample's sequence split cp ways (load-balanced halves of a
@@ -223,7 +224,7 @@ class EngineRules:
     """What of a whole job the rules above do not cover and the engine cannot run (the engine-restricted search
     does not see it: an export refuses such a plan)."""
     absent: dict[str, str] = field(default_factory=dict)
-    """Why the engine lacks a feature a plan may use, by name ("fp8", "selective", "cp"): said in the refusal."""
+    """Why the engine lacks a feature a plan may use, by name ("fp8", a recompute level, "cp"): said in the refusal."""
 
     def _because(self, feature: str) -> str:
         return f": {self.absent[feature]}" if feature in self.absent else ""

@@ -15,7 +15,7 @@ test_engine_parsers.py). What it can express:
   `activation_checkpointing` section written when the plan recomputes). Either way a whole layer is recomputed:
   the config has no selective (attention-core) recomputation (`runtime/activation_checkpointing/config.py` has
   partition_activations, cpu_checkpointing, contiguous_memory_optimization, number_checkpoints,
-  synchronize_checkpoint_boundary and profile only), so a selective plan is refused;
+  synchronize_checkpoint_boundary and profile only), so a selective or selective-op plan is refused;
 - no context parallelism: its sequence parallelism (Ulysses: `deepspeed.sequence.layer.DistributedAttention`,
   the config's `sequence_parallel_size` only sizing the data-parallel world in `DeepSpeedConfig`) is an all-to-all
   over attention heads set up in the model code, not the plan's load-balanced split of the sequence with keys and
@@ -54,6 +54,8 @@ RULES = EngineRules(name="deepspeed", families=None, precisions=("bf16", "fp16",
                             "selective": "its activation checkpointing recomputes whole layers (the pipeline's "
                                          "activation_checkpoint_interval, deepspeed.checkpointing), never the "
                                          "attention core alone",
+                            "selective-op": "its activation checkpointing recomputes whole layers (the pipeline's "
+                                            "activation_checkpoint_interval, deepspeed.checkpointing), never per op",
                             "cp": "its sequence parallelism (Ulysses, sequence_parallel_size) is an all-to-all over "
                                   "attention heads in the model code, not a split of the sequence"})
 
