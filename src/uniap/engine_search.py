@@ -69,16 +69,17 @@ def engine_splits(rules: EngineRules, blocks: int, pp: int, v: int) -> list[tupl
 
 
 def engine_rows(layers: list[LayerSpec], strategies: list[Strategy], allowed: np.ndarray, rules: EngineRules,
-                pp: int) -> np.ndarray:
+                pp: int, seq_len: int | None = None) -> np.ndarray:
     """(assignments, layers): for every strategy s the engine can give the MoE blocks (every block of a dense model)
     on pp stages, the assignment it configures: s on MoE blocks, s without ep and etp on dense blocks, that without
-    recompute on embedding and head; kept where `allowed` (layers × strategies) lets every layer take its part."""
+    recompute on embedding and head; kept where `allowed` (layers × strategies) lets every layer take its part and
+    the engine can split sequences of `seq_len` tokens as s needs (torchtitan: a multiple of tp·2·cp)."""
     index = {s: k for k, s in enumerate(strategies)}
     experts = max((layer.experts for layer in layers), default=0)
     kinds = ["moe" if layer.experts else "block" if layer.kind == "block" else "edge" for layer in layers]
     rows = []
     for s in strategies:
-        if rules.strategy_why_not(s, pp, experts):
+        if rules.strategy_why_not(s, pp, experts, seq_len):
             continue
         dense = replace(s, ep=1, etp=1)
         parts = {"moe": s, "block": dense, "edge": replace(dense, recompute="none")}
@@ -146,7 +147,8 @@ def engine_plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
         if program is None:
             return None
         strategies = stage_strategies(model, cluster, workload, cand, max_tp)
-        return program, strategies, engine_rows(model.layers, strategies, program.allowed, rules, cand[0])
+        return program, strategies, engine_rows(model.layers, strategies, program.allowed, rules, cand[0],
+                                                   workload.seq_len)
 
     best = (math.inf, None, None, None)  # value, candidate, stage_of, strategy_of
     optimal, gap = True, 0.0

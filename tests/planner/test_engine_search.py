@@ -118,3 +118,20 @@ def test_engine_precision_is_the_fastest_the_device_and_engine_share(cli_json):
 
 def test_engine_choices_are_the_exporters():
     assert [e.value for e in EngineName] == list(ENGINES)
+
+
+
+def test_engine_search_keeps_only_strategies_whose_sequences_the_engine_splits():
+    """torchtitan needs sequences of a multiple of tp·2·cp tokens: the search must not offer what export refuses."""
+    import numpy as np
+
+    from uniap.engine_search import engine_rows
+    from uniap.spec import load_model
+    from uniap.strategies import Strategy
+
+    spec = load_model("tiny-llama", 68)
+    strategies = [Strategy(2, 2, 3, sp=True, cp=2), Strategy(8, 1, 3)]
+    allowed = np.ones((len(spec.layers), len(strategies)), bool)
+    rules = engine_rules("torchtitan")
+    assert len(engine_rows(spec.layers, strategies, allowed, rules, 1, 64)) == 2
+    assert len(engine_rows(spec.layers, strategies, allowed, rules, 1, 68)) == 1  # 68 is no multiple of tp·2·cp = 8
