@@ -10,12 +10,12 @@ from rich.console import Console
 from rich.table import Table
 
 from uniap.commands.options import (ATTENTION_FLAG, BATCH, CLUSTER, FMT, KERNELS_FLAG, MODEL, PREC, SCHED, SEQ, SOLVER,
-                                    AttentionKernel, Fmt, Kernels, Precision, Schedule, emit_json, resolve_precision,
-                                    choices, with_engine)
+                                    AttentionKernel, Fmt, Kernels, Precision, Schedule, emit_json, choices,
+                                    with_engine)
 from uniap.commands.export import EngineName
 from uniap.errors import UniapError
 from uniap.planner import MAX_VIRTUAL_STAGES
-from uniap.runtime.job import OPTIMIZERS
+from uniap.runtime.job import IMPLS, OPTIMIZERS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Find the fastest way to train a transformer on a cluster (UniAP MIQP), then train it.")
@@ -32,26 +32,14 @@ def _workload(model_name: str, cluster_text: str, global_batch: int, seq_len: Op
               precision: Optional[Precision],
               profile: Optional[str] = None, kernels: Optional[Kernels] = None,
               attention: Optional[AttentionKernel] = None, engine: Optional[EngineName] = None):
-    """Model, cluster (under the flags' engine, calibrated by a profile when one is given) and workload; without
-    --precision, the device's fastest precision among those the `engine` (`plan --engine`) trains in."""
-    from uniap.spec import load_model
-    from uniap.spec.cluster import load_cluster
-    from uniap.spec.workload import Workload
+    """`uniap.api.inputs` of the flags."""
+    from uniap.api import inputs
 
-    model = load_model(model_name, seq_len)
-    cluster = with_engine(load_cluster(cluster_text), kernels, attention)
-    if engine is None:
-        chosen = resolve_precision(precision, cluster)
-    else:
-        from uniap.export import engine_rules
+    def value(flag):
+        return None if flag is None else flag.value
 
-        chosen = resolve_precision(precision, cluster, engine_rules(engine.value).precisions, engine.value)
-    workload = Workload(global_batch, model.seq_len, chosen)
-    if profile is not None:
-        from uniap.profile import calibrate
-
-        cluster = calibrate(cluster, profile, model=model, workload=workload)
-    return model, cluster, workload
+    return inputs(model_name, cluster_text, global_batch, seq_len, value(precision), profile, value(kernels),
+                  value(attention), value(engine))
 
 
 def _print_version(value: bool) -> None:
@@ -155,7 +143,7 @@ def estimate(
     from dataclasses import replace
 
     from uniap.estimate import cost_plan, estimate_uniform, predict, workload_of
-    from uniap.plan import Plan
+    from uniap.plans import Plan
     from uniap.spec.cluster import load_cluster
     from uniap.views import print_prediction
 
@@ -258,6 +246,7 @@ def plan(
 
 
 Optimizer = choices("Optimizer", OPTIMIZERS)
+Impl = choices("Impl", IMPLS)
 
 
 @app.command()
@@ -276,6 +265,8 @@ def run(
     checkpoint_dir: Optional[str] = typer.Option(None, "--checkpoint-dir", help="Save torch.distributed.checkpoint here."),
     checkpoint_every: int = typer.Option(0, "--checkpoint-every", help="Save every K steps (0: never)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last complete checkpoint (any plan of the same model)."),
+    impl: Impl = typer.Option(Impl.uniap, "--impl", help="The model trained: uniap (our decoder) or transformers "
+                              "(the class of the model's Hugging Face config; pip install 'uniap[hf]')."),
     meter_every_step: bool = typer.Option(False, "--meter-every-step", help="Meter saved activations on every step (default: the first, untimed one)."),
     timeout_s: float = typer.Option(120.0, "--timeout", help="Seconds a collective may wait before the run is failed."),
     fmt: Fmt = FMT,
@@ -294,7 +285,7 @@ def run(
         nodes = Nodes(nproc, nnodes, node_rank, rdzv_endpoint)
     job = TrainingJob(plan_path, steps=steps, check=check, data=data, seed=seed, lr=lr, optimizer=optimizer.value,
                       checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
-                      meter_every_step=meter_every_step)
+                      meter_every_step=meter_every_step, impl=impl.value)
     result = run_many([job], nproc=None if nodes else nproc, timeout_s=timeout_s, nodes=nodes)[0]
     if result is None:
         out.print(f"node {node_rank}: done; the node that ran rank 0 reports the results")

@@ -24,7 +24,7 @@ import numpy as np
 from uniap.errors import UniapError
 from uniap.estimate import make_plan, predict
 from uniap.export.capability import ANY_SPLIT, EVEN, EngineRules
-from uniap.plan import Plan
+from uniap.plans import Plan
 from uniap.planner import MAX_VIRTUAL_STAGES, build_candidate, candidates, plan_search, schedule_of, \
     stage_strategies
 from uniap.solve.program import StageProgram, evaluate_many, lower_bound

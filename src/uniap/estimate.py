@@ -13,7 +13,7 @@ import numpy as np
 
 from uniap.cost.tables import build_program, disallowed
 from uniap.errors import UniapError
-from uniap.plan import LayerPlan, Plan, StagePlan
+from uniap.plans import LayerPlan, Plan, StagePlan
 from uniap.solve.program import StageProgram, evaluate, stage_times
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import ModelSpec
@@ -108,7 +108,8 @@ def make_plan(model: ModelSpec, cluster: ClusterSpec, workload: Workload, schedu
               for u, layer in enumerate(model.layers)]
     return Plan(
         model={"name": model.name, "layers": len(model.layers), "parameters": model.parameters,
-               "seq_len": model.seq_len, "config": _config_json(model)},
+               "seq_len": model.seq_len, "config": _config_json(model),
+               **({"hf_config": model.hf_config} if model.hf_config is not None else {})},
         cluster={"name": cluster.name, "devices": cluster.devices, "nodes": cluster.nodes,
                  "devices_per_node": cluster.devices_per_node, "engine": cluster.engine.to_json()},
         workload=workload.to_json(),

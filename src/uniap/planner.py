@@ -19,7 +19,7 @@ import numpy as np
 from uniap.cost.tables import build_program, disallowed, signature_costs
 from uniap.errors import UniapError
 from uniap.estimate import make_plan, predict
-from uniap.plan import Plan
+from uniap.plans import Plan
 from uniap.solve.program import StageProgram
 from uniap.solve.reduce import undominated
 from uniap.solve.uop import interleaved_tier, search

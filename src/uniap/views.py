@@ -7,7 +7,7 @@ from itertools import groupby
 from rich.console import Console
 from rich.table import Table
 
-from uniap.plan import Plan
+from uniap.plans import Plan
 
 GB = 1e9
 

@@ -9,7 +9,7 @@ from uniap.baselines.common import programs, stage_strategies
 from uniap.baselines.comparison import recost
 from uniap.errors import UniapError
 from uniap.estimate import estimate_uniform
-from uniap.plan import Plan
+from uniap.plans import Plan
 from uniap.solve.reference import solve_reference
 from uniap.spec import load_model
 from uniap.spec.cluster import load_cluster

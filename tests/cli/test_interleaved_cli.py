@@ -20,7 +20,7 @@ def test_interleaved_estimate_contract_and_recost(cli, cli_json, tmp_path):
     assert inter["predicted"]["bubble_fraction"] < plain["predicted"]["bubble_fraction"]
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(inter))
-    from uniap.plan import Plan
+    from uniap.plans import Plan
     from uniap.report.render import recost, timeline_boxes
     from uniap.report.timeline import makespan
 

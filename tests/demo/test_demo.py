@@ -41,7 +41,7 @@ def test_demo_reports_predicted_and_measured_for_every_plan(demo):
 
 
 def test_demo_profile_and_plan_are_consistent(demo):
-    from uniap.plan import Plan
+    from uniap.plans import Plan
     from uniap.profile import calibrate, load_profile
     from uniap.profile.demo import local_cluster, predict_plan
     from uniap.spec.families import build_layers

@@ -3,7 +3,7 @@
 import dataclasses
 from pathlib import Path
 
-from uniap.plan import Plan, fingerprint
+from uniap.plans import Plan, fingerprint
 
 OLD = Path(__file__).resolve().parents[1] / "data" / "plans" / "plan-v1-llama2-7b.json"
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from uniap.plan import StagePlan
+from uniap.plans import StagePlan
 from uniap.spec.model import ModelConfig
 from uniap.strategies import Strategy as S
 

@@ -10,7 +10,7 @@ import torch
 
 from runtime_cases import GPT, LLAMA, TIED
 from uniap.models import DecoderSlice, build_model, layer_names, lm_loss
-from uniap.plan import Plan
+from uniap.plans import Plan
 from uniap.runtime import checkpoint as ckpt
 from uniap.runtime.data import batch
 from uniap.runtime.plans import decoder_parameters, uniform_plan

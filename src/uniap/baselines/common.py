@@ -18,7 +18,7 @@ import numpy as np
 from uniap.cost.tables import build_program
 from uniap.errors import UniapError
 from uniap.estimate import make_plan, predict
-from uniap.plan import Plan
+from uniap.plans import Plan
 from uniap.solve.program import StageProgram, evaluate, lower_bound
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import ModelSpec

@@ -7,7 +7,7 @@ import time
 
 from uniap.baselines import BASELINES, run_baseline
 from uniap.errors import UniapError
-from uniap.plan import Plan
+from uniap.plans import Plan
 from uniap.solve.program import evaluate
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import ModelSpec

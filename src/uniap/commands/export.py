@@ -25,7 +25,7 @@ def export_command(
 ) -> None:
     """Write a plan as an engine's configuration; a plan the engine cannot run is refused in one line."""
     from uniap.export import export_plan
-    from uniap.plan import Plan
+    from uniap.plans import Plan
 
     text = export_plan(Plan.load(plan_path), to.value)
     if out_path is None:

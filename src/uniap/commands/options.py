@@ -32,16 +32,11 @@ ATTENTION_FLAG = typer.Option(None, "--attention", help="flash, or standard (mat
 
 
 def with_engine(cluster, kernels: "Kernels | None", attention: "AttentionKernel | None"):
-    """`cluster` costed under the engine the flags name (each flag left out keeps the cluster's setting)."""
-    from dataclasses import replace
+    """`cluster` costed under the engine the flags name (`uniap.api.with_engine`)."""
+    from uniap.api import with_engine as settle
 
-    from uniap.spec.engine import Engine
-
-    if kernels is None and attention is None:
-        return cluster
-    engine = Engine(kernels=kernels.value if kernels is not None else cluster.engine.kernels,
-                    attention=attention.value if attention is not None else cluster.engine.attention)
-    return replace(cluster, engine=engine)
+    return settle(cluster, kernels.value if kernels is not None else None,
+                  attention.value if attention is not None else None)
 
 
 def resolve_precision(precision: "Precision | None", cluster, among: tuple[str, ...] = DEFAULT_PRECISIONS,

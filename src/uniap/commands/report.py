@@ -29,7 +29,7 @@ def report_command(
     png: Optional[str] = typer.Option(None, "--png", help="Also write all panels as one PNG."),
 ) -> None:
     """Write a static HTML report of a plan: pipeline timeline, strategy map, memory and stage times."""
-    from uniap.plan import Plan
+    from uniap.plans import Plan
     from uniap.report import render_report
 
     plan = Plan.load(plan_path)

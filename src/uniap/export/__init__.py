@@ -8,7 +8,7 @@ from types import ModuleType
 from uniap.errors import UniapError
 from uniap.export import deepspeed, megatron, torchtitan
 from uniap.export.capability import EngineRules, job_of, refuse_unless_runnable
-from uniap.plan import Plan
+from uniap.plans import Plan
 
 ENGINES: dict[str, ModuleType] = {"torchtitan": torchtitan, "megatron": megatron, "deepspeed": deepspeed}
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from uniap.errors import UniapError
-from uniap.plan import Plan
+from uniap.plans import Plan
 from uniap.spec.model import ModelConfig
 from uniap.spec.zoo import ZOO
 from uniap.strategies import Strategy

@@ -45,6 +45,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from contextlib import nullcontext
+from functools import partial
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -679,12 +681,16 @@ class DecoderSlice(nn.Module):
     """Layers `first..last` (inclusive) of the chain, named as in the full model.
 
     `forward(x)` runs them in order. `between(index, x)`, if set, is called before layer `index`
-    (the runtime uses it to re-lay-out activations between layers with different strategies).
+    (the runtime uses it to re-lay-out activations between layers with different strategies). `layer`, if given,
+    supplies chain layer i instead of this decoder's own (`runtime/hf.py`: a `transformers` model's layers).
     """
 
-    def __init__(self, config: ModelConfig, first: int = 0, last: int | None = None, seed: int = 0):
+    def __init__(self, config: ModelConfig, first: int = 0, last: int | None = None, seed: int = 0,
+                 layer: Callable[[int], nn.Module] | None = None):
         super().__init__()
-        check_supported(config)
+        if layer is None:
+            check_supported(config)
+            layer = partial(build_layer, config, seed=seed)
         n = config.layers + 2
         last = n - 1 if last is None else last
         if not 0 <= first <= last < n:
@@ -692,10 +698,9 @@ class DecoderSlice(nn.Module):
         self.config = config
         self.first, self.last = first, last
         self.between = None
-        self.embed = build_layer(config, 0, seed) if first == 0 else None
-        self.blocks = nn.ModuleDict({str(i - 1): build_layer(config, i, seed)
-                                     for i in range(max(first, 1), min(last, config.layers) + 1)})
-        self.head = build_layer(config, n - 1, seed) if last == n - 1 else None
+        self.embed = layer(0) if first == 0 else None
+        self.blocks = nn.ModuleDict({str(i - 1): layer(i) for i in range(max(first, 1), min(last, config.layers) + 1)})
+        self.head = layer(n - 1) if last == n - 1 else None
 
     def chain(self) -> list[tuple[int, Layer]]:
         """(chain index, module) for the layers this slice holds, in order."""

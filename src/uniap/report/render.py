@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from uniap.errors import UniapError
-from uniap.plan import Plan
+from uniap.plans import Plan
 from uniap.report import figures
 from uniap.report.timeline import Box, makespan, simulate
 from uniap.spec.cluster import ClusterSpec

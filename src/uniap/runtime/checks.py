@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from uniap.errors import UniapError
 from uniap.models.decoder import check_supported, layer_names
-from uniap.plan import Plan
+from uniap.plans import Plan
 from uniap.runtime.precision import precision_of
 from uniap.spec.model import ModelConfig
 from uniap.strategies import Strategy
@@ -51,12 +51,18 @@ class RunShape:
         raise UniapError(f"rank {rank} is in no stage of the plan")
 
 
-def check_plan(plan: Plan, world_size: int) -> RunShape:
+def check_plan(plan: Plan, world_size: int, impl: str = "uniap") -> RunShape:
+    """`impl`: the model the plan runs on, "uniap" (our decoder) or "transformers" (`hf.py`)."""
     plan.validate()
     config = plan.model_config()
     seq_len = int(plan.model["seq_len"])
     plan.check_matches(config, seq_len, world_size)
-    check_supported(config)
+    if impl == "transformers":
+        from uniap.runtime.hf import check_hf_plan
+
+        check_hf_plan(plan, config)
+    else:
+        check_supported(config)
     names = layer_names(config)
     if [l.name for l in plan.layers] != names:
         raise UniapError(f"plan's layer chain does not match a {config.family} decoder with {config.layers} blocks "
@@ -95,7 +101,7 @@ def check_plan(plan: Plan, world_size: int) -> RunShape:
                 need = {"vocab": config.vocab}
             else:
                 need = {"heads": config.heads, "kv_heads": config.n_kv_heads, "ffn": config.ffn}
-                if config.qk_norm in ("heads", "full"):
+                if config.qk_norm in ("heads", "full") and impl == "uniap":
                     raise UniapError(f"layer {layer.name}: tp {st.tp} with q/k norms over several heads "
                                      f"(qk_norm={config.qk_norm!r}) is not supported by `uniap run`")
             for what, size in need.items():

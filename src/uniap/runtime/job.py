@@ -12,6 +12,7 @@ from pathlib import Path
 from uniap.errors import UniapError
 
 OPTIMIZERS = ("sgd", "adamw")
+IMPLS = ("uniap", "transformers")
 
 
 def _absolute(path: str | None) -> str | None:
@@ -44,6 +45,9 @@ class TrainingJob:
     """Continue from the last complete checkpoint in `checkpoint_dir` (any plan of the same model)."""
     aux_loss_coef: float | None = None
     """Weight of the MoE blocks' load-balancing loss; None: the decoder's default (`models/decoder.AUX_LOSS_COEF`)."""
+    impl: str = "uniap"
+    """The model trained: "uniap" (our decoder, `models/decoder.py`) or "transformers" (the class the model's
+    Hugging Face config names, `runtime/hf.py`)."""
     meter_every_step: bool = False
     """Meter saved activations on every step; by default only the first (warm-up, untimed) step is metered,
     which sees the same shapes, so that the timed steps run without saved-tensor hooks."""
@@ -54,6 +58,8 @@ class TrainingJob:
         object.__setattr__(self, "checkpoint_dir", _absolute(self.checkpoint_dir))
         if self.optimizer not in OPTIMIZERS:
             raise UniapError(f"unknown optimizer {self.optimizer!r} (choose from {', '.join(OPTIMIZERS)})")
+        if self.impl not in IMPLS:
+            raise UniapError(f"unknown model implementation {self.impl!r} (choose from {', '.join(IMPLS)})")
         if int(self.steps) < 0:
             raise UniapError("steps must be >= 0")
         if int(self.checkpoint_every) < 0:

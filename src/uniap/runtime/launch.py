@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 
 from uniap.errors import UniapError
-from uniap.plan import Plan
+from uniap.plans import Plan
 from uniap.runtime.job import TrainingJob
 from uniap.runtime.launcher import Nodes, launch
 
@@ -76,7 +76,7 @@ def _check_jobs(jobs: list[TrainingJob]) -> int:
         if job.data and not os.path.isfile(job.data):
             raise UniapError(f"data file {job.data} does not exist")
         worlds.add(plan.world_size)
-        shape = check_plan(plan, plan.world_size)  # plan-internal errors
+        shape = check_plan(plan, plan.world_size, job.impl)  # plan-internal errors
         if job.resume:
             _check_resumable(job.checkpoint_dir, shape, job.optimizer)
     if len(worlds) != 1:

@@ -16,6 +16,7 @@ the plan's engine (`decoder.use_attention_kernel`). Under the interleaved schedu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import nn
@@ -75,7 +76,10 @@ def apply_strategy(layer: nn.Module, strategy: Strategy, mesh: DeviceMesh | None
     whose routed experts it spreads (`experts.py`) and leaves out of the dp sync. `context_group`: the cp ranks
     of this rank when cp > 1."""
     if strategy.tp > 1:
-        apply_tensor_parallel(layer, mesh["tp"], sp=strategy.sp)
+        if hasattr(layer, "tensor_parallel"):  # a transformers model's layer (`hf.py`) lays itself out
+            layer.tensor_parallel(mesh["tp"], strategy.sp)
+        else:
+            apply_tensor_parallel(layer, mesh["tp"], sp=strategy.sp)
     if strategy.ep > 1:
         apply_expert_parallel(layer, expert_mesh)
     if strategy.cp > 1:
@@ -109,23 +113,25 @@ def chunk_input_layout(shape: RunShape, chunk: int) -> Layout:
 
 
 def build_stage(shape: RunShape, topo: Topology, seed: int, device: torch.device,
-                aux_loss_coef: float | None = None) -> BuiltStage:
+                aux_loss_coef: float | None = None, layers: Callable[[int], nn.Module] | None = None) -> BuiltStage:
     """`aux_loss_coef`: the MoE blocks' load-balancing weight (None: the decoder's default); their losses are
-    means over the global batch's sequences."""
+    means over the global batch's sequences. `layers`: chain layer i of another implementation of the model
+    (`hf.HFChain.layer`); None builds our decoder's from `seed`."""
     precision = precision_of(shape.precision)
     one_rank = None
     if precision.mixed and shape.stage_size == 1:  # every rank's layers are single-rank ones
         one_rank = single_rank_mesh(topo.rank, shape.world, device.type)
-    chunks = [_build_chunk(shape, topo, seed, device, k * shape.pp + topo.stage, precision, one_rank, aux_loss_coef)
-              for k in range(shape.virtual_stages)]
+    chunks = [_build_chunk(shape, topo, seed, device, k * shape.pp + topo.stage, precision, one_rank, aux_loss_coef,
+                           layers) for k in range(shape.virtual_stages)]
     module = chunks[0].module if len(chunks) == 1 else RankLayers([c.module for c in chunks])
     return BuiltStage(module=module, chunks=chunks)
 
 
 def _build_chunk(shape: RunShape, topo: Topology, seed: int, device: torch.device, chunk: int,
-                 precision: Precision, one_rank: DeviceMesh | None, aux_loss_coef: float | None) -> BuiltChunk:
+                 precision: Precision, one_rank: DeviceMesh | None, aux_loss_coef: float | None,
+                 layers: Callable[[int], nn.Module] | None) -> BuiltChunk:
     first, last = shape.chunk_range(chunk)
-    module = DecoderSlice(shape.config, first, last, seed).to(device)
+    module = DecoderSlice(shape.config, first, last, seed, layers).to(device)
     use_attention_kernel(module, shape.attention)
     for index, layer in module.chain():
         st = shape.strategy(index)

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from uniap.errors import UniapError
 from uniap.models.decoder import check_supported, layer_names
-from uniap.plan import LayerPlan, Plan, StagePlan
+from uniap.plans import LayerPlan, Plan, StagePlan
 from uniap.spec.families import build_layers
 from uniap.spec.model import ModelConfig
 from uniap.strategies import Strategy
@@ -33,7 +33,8 @@ def uniform_plan(config: ModelConfig, world: int, *, pp: int = 1, dp: int | None
                  schedule: str = "1f1b", global_batch: int = 8, seq_len: int = 32,
                  stage_layers: list[int] | None = None,
                  per_layer: dict[int | str, Strategy | dict] | None = None, precision: str = "fp32",
-                 virtual_stages: int = 1, cp: int = 1, engine: dict | None = None) -> Plan:
+                 virtual_stages: int = 1, cp: int = 1, engine: dict | None = None,
+                 hf_config: dict | None = None) -> Plan:
     """A valid Plan for `world` ranks.
 
     dp × cp × tp must equal world / pp (give dp or tp and the other follows; neither: data parallel over what cp
@@ -41,9 +42,11 @@ def uniform_plan(config: ModelConfig, world: int, *, pp: int = 1, dp: int | None
     cluster's engine entry ({"attention": "standard"}, ...; None: none recorded, the runtime runs flash).
     `stage_layers`: layers per stage (sums to layers + 2) — per chunk under the interleaved schedule
     (`virtual_stages` v > 1: pp·v counts, chunk j on stage j mod pp). `per_layer`: {chain index or layer name:
-    Strategy or a dict of fields to change from the default strategy}, for mixed plans.
+    Strategy or a dict of fields to change from the default strategy}, for mixed plans. `hf_config`: the Hugging
+    Face config `config` was read from, for plans that run on transformers (`uniap run --impl transformers`).
     """
-    check_supported(config)
+    if hf_config is None:
+        check_supported(config)
     if pp < 1 or world % pp:
         raise UniapError(f"pipeline degree {pp} does not divide world size {world}")
     size = world // pp  # ranks per stage
@@ -93,7 +96,7 @@ def uniform_plan(config: ModelConfig, world: int, *, pp: int = 1, dp: int | None
                                 chunks=mine if virtual_stages > 1 else ()))
     plan = Plan(
         model={"name": config.name, "layers": n, "parameters": decoder_parameters(config), "seq_len": seq_len,
-               "config": config.to_json()},
+               "config": config.to_json(), **({"hf_config": hf_config} if hf_config is not None else {})},
         cluster={"name": "local", "devices": world, "nodes": 1, "devices_per_node": world,
                  **({"engine": engine} if engine is not None else {})},
         workload={"global_batch": global_batch, "seq_len": seq_len, "precision": precision},

@@ -44,16 +44,15 @@ from torch.distributed.tensor import DTensor
 
 from uniap.errors import UniapError
 from uniap.models.decoder import build_model, configure_aux_losses, lm_loss, take_aux_losses, use_attention_kernel
-from uniap.plan import Plan
+from uniap.plans import Plan
 from uniap.runtime import checkpoint as ckpt
 from uniap.runtime import data as data_mod
 from uniap.runtime.checks import RunShape, check_plan
-from uniap.runtime.data_parallel import apply_data_parallel, set_backwards_per_step
+from uniap.runtime.data_parallel import apply_data_parallel
+from uniap.runtime.hf import build_hf_model, hf_chain, hf_config_of
 from uniap.runtime.job import OPTIMIZERS, TrainingJob
 from uniap.runtime.measure import meters_activations, peak_memory_bytes, reset_peak_memory, static_bytes
-from uniap.runtime.mesh import build_topology
-from uniap.runtime.parallelize import build_stage
-from uniap.runtime.pipeline import StepRunner
+from uniap.runtime.parallel_model import ParallelModel
 from uniap.runtime.precision import LossScaler, precision_of, single_rank_mesh
 
 # Test hooks: rank UNIAP_FAIL_RANK raises at step UNIAP_FAIL_STEP (default 0), or with
@@ -128,14 +127,18 @@ def _full_params(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def reference(shape: RunShape, steps: int, *, seed: int, lr: float, data: str | None,
               device: torch.device, optimizer: str = "sgd", one_rank: DeviceMesh | None = None,
-              aux_loss_coef: float | None = None) -> tuple[list[float], dict[str, torch.Tensor]]:
+              aux_loss_coef: float | None = None, impl: str = "uniap") -> tuple[list[float], dict[str, torch.Tensor]]:
     """One-process training on the same data and seed, in the plan's precision and attention kernel: losses per
     step (with the MoE blocks' load-balancing losses) and final parameters. Mixed precision needs `one_rank`, this
-    rank's one-rank mesh: the whole model is `replicate`d over it with the runtime's casting (see precision.py)."""
+    rank's one-rank mesh: the whole model is `replicate`d over it with the runtime's casting (see precision.py).
+    impl "transformers": the model is the transformers class, trained through its own forward."""
     precision = precision_of(shape.precision)
-    model = build_model(shape.config, seed).to(device)
-    use_attention_kernel(model, shape.attention)
-    configure_aux_losses(model, aux_loss_coef)
+    if impl == "transformers":
+        model = build_hf_model(hf_config_of(shape.plan), seed, shape.attention).to(device)
+    else:
+        model = build_model(shape.config, seed).to(device)
+        use_attention_kernel(model, shape.attention)
+        configure_aux_losses(model, aux_loss_coef)
     if precision.mixed:
         apply_data_parallel(model, one_rank, 0, precision.policy)
     scaler = LossScaler() if precision.scales_loss else None
@@ -143,7 +146,8 @@ def reference(shape: RunShape, steps: int, *, seed: int, lr: float, data: str | 
     losses = []
     for step in range(steps):
         x, y = data_mod.batch(step, shape.global_batch, shape.seq_len, shape.config.vocab, seed, data)
-        loss = lm_loss(model(x.to(device)), y.to(device))
+        logits = model(input_ids=x.to(device)).logits if impl == "transformers" else model(x.to(device))
+        loss = lm_loss(logits, y.to(device))
         (loss if scaler is None else loss * scaler.scale).backward()
         if scaler is not None:
             scaler.unscale_or_skip(model.parameters())
@@ -169,15 +173,14 @@ def train_job(job: TrainingJob, ctx: Context, after_step: Callable[[int], None] 
     each step, outside its timing (benchmarks/runtime_overhead.py alternates plain torch's steps with ours)."""
     rank, world, device = ctx.rank, ctx.world, ctx.device
     plan = Plan.load(job.plan)
-    shape = check_plan(plan, world)
+    shape = check_plan(plan, world, job.impl)
     steps, seed, lr, data, opt_kind = job.steps, job.seed, job.lr, job.data, job.optimizer
     ck_dir, ck_every = job.checkpoint_dir, job.checkpoint_every
 
-    topo = build_topology(shape, rank, device.type)
-    built = build_stage(shape, topo, seed, device, job.aux_loss_coef)
-    set_backwards_per_step(built.module, shape.micro_batches)  # ZeRO-0 layers all-reduce once per step
+    chain = hf_chain(shape, seed, device) if job.impl == "transformers" else None
+    model = ParallelModel.build(shape, rank, device, seed, job.aux_loss_coef, chain)
+    topo, built, runner = model.topo, model.built, model.runner
     optimizer = make_optimizer(built.module.parameters(), lr, opt_kind)
-    runner = StepRunner(shape, topo, built, device)
 
     first_step = 0
     resumed_from = None
@@ -189,8 +192,7 @@ def train_job(job: TrainingJob, ctx: Context, after_step: Callable[[int], None] 
             first_step = resumed_from = found[0]
     reset_peak_memory(device)
 
-    head_layout = built.out_layout
-    counts_loss = topo.stage == shape.pp - 1 and topo.position % head_layout.tp == 0
+    counts_loss = model.counts_loss()
     losses, step_times, compute_times, static_peak = [], [], [], 0
     for step in range(first_step, steps):
         x, y = data_mod.batch(step, shape.global_batch, shape.seq_len, shape.config.vocab, seed, data)
@@ -236,6 +238,8 @@ def train_job(job: TrainingJob, ctx: Context, after_step: Callable[[int], None] 
         mixed = precision_of(shape.precision).mixed
         one_rank = single_rank_mesh(rank, world, device.type) if mixed else None  # collective
         params = _full_params(built.module)
+        if chain is not None:  # the reference is the transformers model, under its own names
+            params = {chain.hf_name(k): v for k, v in params.items()}
         gathered: list = [None] * world if rank == 0 else None
         dist.gather_object(params if topo.position == 0 else None, gathered, dst=0)
         if rank == 0:
@@ -245,7 +249,7 @@ def train_job(job: TrainingJob, ctx: Context, after_step: Callable[[int], None] 
                     full.update(part)
             ref_losses, ref_params = reference(shape, steps, seed=seed, lr=lr, data=data, device=device,
                                                optimizer=opt_kind, one_rank=one_rank,
-                                               aux_loss_coef=job.aux_loss_coef)
+                                               aux_loss_coef=job.aux_loss_coef, impl=job.impl)
             ref_losses = ref_losses[first_step:]
             if set(full) != set(ref_params):
                 raise RuntimeError(f"parameter names differ from the reference: {sorted(set(full) ^ set(ref_params))[:5]}")
@@ -287,6 +291,7 @@ def train_job(job: TrainingJob, ctx: Context, after_step: Callable[[int], None] 
         "loss_scale": None if runner.scaler is None else {"final": runner.scaler.scale,
                                                           "skipped_steps": runner.scaler.skipped_steps},
         "optimizer": opt_kind,
+        "impl": job.impl,
         "memory_method": ("torch.cuda.max_memory_allocated" if device.type == "cuda" else
                           "params+grads+optimizer state (local shards) + peak saved activations"),
     }

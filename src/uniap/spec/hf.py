@@ -505,7 +505,13 @@ def read_hf_config(path: str | Path) -> ModelConfig:
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
-    data = read_json_object(path, "model config")
+    return read_hf_dict(read_json_object(path, "model config"), path)
+
+
+def read_hf_dict(data: dict, path: str | Path) -> ModelConfig:
+    """A Hugging Face config as a dict (a config.json's content, or `PretrainedConfig.to_dict()`) → ModelConfig;
+    `path` names where it came from in errors (and gives the name when the config has no `_name_or_path`)."""
+    path = Path(path)
     model_type = data.get("model_type")
     if model_type is None:
         raise UniapError(f"{path}: missing field 'model_type' (one of {', '.join(MODEL_TYPES)})")
@@ -526,3 +532,21 @@ def read_hf_config(path: str | Path) -> ModelConfig:
     except UniapError as exc:
         raise UniapError(f"{path}: {exc}") from None
     return config
+
+
+def zoo_hf_config(config: ModelConfig) -> dict:
+    """The Hugging Face config of a zoo model of the gpt2 or llama family (which `read_hf_dict` reads back to the
+    same ModelConfig), so that `uniap run --impl transformers` can build its class; no dropout, as the runtime
+    trains (`models/decoder.as_trained`)."""
+    if config.family == "gpt2":
+        return {"model_type": "gpt2", "n_embd": config.hidden, "n_layer": config.layers, "n_head": config.heads,
+                "n_inner": config.ffn, "vocab_size": config.vocab, "n_positions": config.max_seq,
+                "tie_word_embeddings": config.tied_embeddings, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+                "attn_pdrop": 0.0, "_name_or_path": config.name}
+    if config.family == "llama":
+        return {"model_type": "llama", "hidden_size": config.hidden, "num_hidden_layers": config.layers,
+                "num_attention_heads": config.heads, "num_key_value_heads": config.n_kv_heads,
+                "intermediate_size": config.ffn, "vocab_size": config.vocab, "max_position_embeddings": config.max_seq,
+                "tie_word_embeddings": config.tied_embeddings, "rms_norm_eps": 1e-5, "_name_or_path": config.name}
+    raise UniapError(f"{config.name} ({config.family}) carries no Hugging Face config: plan it from its config.json "
+                     f"to run it on transformers")

@@ -169,6 +169,8 @@ class ModelSpec:
     seq_len: int
     layers: tuple[LayerSpec, ...]
     tied_params: int = 0  # parameters held by two layers (tied embedding and head): counted once in `parameters`
+    hf_config: dict | None = field(default=None, compare=False, hash=False)  # the Hugging Face config it was read
+    #                                          from, if any (a plan carries it so transformers can build the model)
 
     @property
     def name(self) -> str:
