@@ -9,12 +9,18 @@ The all-to-all rows (nccl-tests alltoall_perf, and DeepEP's MoE dispatch/combine
 cost model prices an expert exchange — cost.comm.all_to_all over the ep group's link from cost.tables — and printed
 in a second table beside the ring link's figure; they are reported, not gated on.
 
+The ring rows beyond 8 nodes (`approximate: true`: figures stated in an issue, up to 128 nodes) print in a third
+table, with the model's figure with and without the fabric share of cost.tables.fabric_share, the least-squares
+line fabric_share's constant comes from, and, for the multi-node all-reduce rows, what a double binary tree priced
+with NCCL's own tuning constants would give (NCCL switches to it at scale; reported, not used by the cost model).
+
     python benchmarks/nccl_busbw.py      # both tables; exit 1 if a large-message ring row misses by > --tolerance
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -22,6 +28,7 @@ from pathlib import Path
 import yaml
 
 from uniap.cost import comm
+from uniap.cost import tables
 from uniap.cost.tables import stage_links
 from uniap.spec.cluster import load_cluster
 from uniap.strategies import Strategy
@@ -36,8 +43,13 @@ LARGE = 128 * 2**20  # bandwidth-bound sizes: what the planner's gradient and pa
 
 
 def load_rows(path: Path = DATA) -> list[dict]:
-    """The ring-collective rows (all-reduce, all-gather, reduce-scatter)."""
-    return [r for r in yaml.safe_load(path.read_text()) if r["collective"] in RING]
+    """The ring-collective rows (all-reduce, all-gather, reduce-scatter) read from printed nccl-tests tables."""
+    return [r for r in yaml.safe_load(path.read_text()) if r["collective"] in RING and not r.get("approximate")]
+
+
+def load_at_scale(path: Path = DATA) -> list[dict]:
+    """The ring-collective figures stated in prose (`approximate: true`; NVIDIA/nccl#1229, #1218): reported only."""
+    return [r for r in yaml.safe_load(path.read_text()) if r["collective"] in RING and r.get("approximate")]
 
 
 def load_all_to_all(path: Path = DATA) -> list[dict]:
@@ -52,14 +64,50 @@ def _cluster_and_link(row: dict):
 
 
 def predicted_busbw(row: dict) -> float:
-    """GB/s the cost model gives the row's collective (busbw, as nccl-tests normalises it)."""
+    """GB/s the cost model gives the row's collective (busbw, as nccl-tests normalises it); with `bytes: null` (size
+    not stated) the bandwidth-bound limit, the link's busbw."""
     n = int(row["gpus"])
     _, link = _cluster_and_link(row)
+    if row["bytes"] is None:
+        return link.bandwidth / 1e9
     nbytes = float(row["bytes"])
     op = row["collective"]
     seconds = getattr(comm, "all_to_all" if op in ALL_TO_ALL else op)(nbytes, n, link)
-    factor = 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
-    return factor * nbytes / seconds / 1e9
+    return _bus_factor(op, n) * nbytes / seconds / 1e9
+
+
+def _bus_factor(op: str, n: int) -> float:
+    return 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+
+
+# NCCL's own model of its double binary tree all-reduce (src/graph/tuning.cc at NVIDIA/nccl@5067397c, Simple protocol):
+# latency 2·((ranks per node − 1)·4.0 µs over NVLink + log2(nodes)·14 µs over the network) and 0.92 of the ring's bus
+# bandwidth ("busBw * .92" for Tree/AllReduce; an all-reduce moving 2·B per rank). The base latency (8.4 µs for both
+# algorithms) is left out, as the ring's is in cost.comm.
+TREE_NVLINK_LATENCY_S, TREE_NET_LATENCY_S, TREE_BANDWIDTH_SHARE = 4.0e-6, 14.0e-6, 0.92
+
+
+def tree_busbw(row: dict) -> float | None:
+    """busbw of the row's all-reduce priced as NCCL's tree (None: not a multi-node all-reduce with a stated size)."""
+    n, nodes = int(row["gpus"]), int(row["nodes"])
+    if row["collective"] != "all_reduce" or nodes < 2 or row["bytes"] is None:
+        return None
+    _, link = _cluster_and_link(row)
+    nbytes = float(row["bytes"])
+    latency = 2 * ((n // nodes - 1) * TREE_NVLINK_LATENCY_S + math.log2(nodes) * TREE_NET_LATENCY_S)
+    seconds = latency + 2 * nbytes / (TREE_BANDWIDTH_SHARE * link.bandwidth)
+    return _bus_factor("all_reduce", n) * nbytes / seconds / 1e9
+
+
+def fabric_fit(rows: list[dict]) -> tuple[float, float]:
+    """(intercept, slope per doubling of nodes) of the least-squares line through NVIDIA/nccl#1229's reduce-scatter
+    series, as a share of its smallest node count's figure: what cost.tables.FABRIC_DECLINE is taken from."""
+    series = sorted((int(r["nodes"]), float(r["busbw_gbps"])) for r in rows if "issues/1229" in r["source"])
+    x = [math.log2(nodes / series[0][0]) for nodes, _ in series]
+    y = [bw / series[0][1] for _, bw in series]
+    mx, my = statistics.fmean(x), statistics.fmean(y)
+    slope = sum((a - mx) * (b - my) for a, b in zip(x, y)) / sum((a - mx) ** 2 for a in x)
+    return my - slope * mx, slope
 
 
 def _bottleneck_share(row: dict) -> float:
@@ -116,8 +164,53 @@ def main() -> int:
           f"largest {worst * 100:.1f}% (target <= {args.tolerance * 100:.0f}%)")
     print(f"smaller messages: {len(small)} rows, median |error| {statistics.median(small) * 100:.1f}% "
           "(latency-bound; NCCL's LL protocols, trees and NVLS are not modelled)")
+    print_at_scale(load_at_scale(), rows)
     print_all_to_all(load_all_to_all())
     return 0 if worst <= args.tolerance else 1
+
+
+def print_at_scale(rows: list[dict], table_rows: list[dict]) -> None:
+    """The figures beyond the printed tables (stated in issues, up to 128 nodes), and the tree all-reduce check."""
+    intercept, slope = fabric_fit(rows)
+    print(f"\nring collectives at scale (approximate figures stated in issues; reported, not gated). Fit of "
+          f"NVIDIA/nccl#1229's series: busbw = {intercept:.3f} {slope * 100:+.2f} % per doubling of the nodes "
+          f"(cost.tables.FABRIC_DECLINE = {tables.FABRIC_DECLINE}, from {tables.FABRIC_FROM_NODES} to "
+          f"{tables.FABRIC_UPTO_NODES} nodes)")
+    header = f"{'collective':<14} {'GPUs':>5} {'nodes':>5} {'bytes':>11} {'published':>9} {'model':>7} {'error':>7} " \
+             f"{'no fabric':>9} {'error':>7}  source"
+    print(header)
+    print("-" * (len(header) + 20))
+    for row in sorted(rows, key=lambda r: (r["collective"], r["gpus"])):
+        model = predicted_busbw(row)
+        saved = tables.FABRIC_DECLINE
+        tables.FABRIC_DECLINE = 0.0
+        try:
+            flat = predicted_busbw(row)
+        finally:
+            tables.FABRIC_DECLINE = saved
+        published = float(row["busbw_gbps"])
+        size = "unstated" if row["bytes"] is None else str(row["bytes"])
+        print(f"{row['collective']:<14} {row['gpus']:>5} {row['nodes']:>5} {size:>11} {published:>9.1f} {model:>7.1f} "
+              f"{(model / published - 1) * 100:>+6.1f}% {flat:>9.1f} {(flat / published - 1) * 100:>+6.1f}%  "
+              f"{row['source'][:40]}")
+    print("(size unstated: the model's bandwidth-bound busbw, the limit of large messages)")
+    tree = [(r, predicted_busbw(r), tree_busbw(r)) for r in table_rows
+            if tree_busbw(r) is not None and r["interconnect"] not in SUSPECT]
+    print("\nmulti-node all-reduce as NCCL's tree would price it (tuning.cc constants) against the ring the model uses:")
+    header = f"{'GPUs':>5} {'nodes':>5} {'bytes':>11} {'published':>9} {'ring':>7} {'error':>7} {'tree':>7} {'error':>7}"
+    print(header)
+    print("-" * len(header))
+    for row, ring, tr in sorted(tree, key=lambda t: (t[0]["gpus"], t[0]["bytes"])):
+        published = float(row["busbw_gbps"])
+        print(f"{row['gpus']:>5} {row['nodes']:>5} {row['bytes']:>11} {published:>9.1f} {ring:>7.1f} "
+              f"{(ring / published - 1) * 100:>+6.1f}% {tr:>7.1f} {(tr / published - 1) * 100:>+6.1f}%")
+    for lo, hi in ((0, LARGE), (LARGE, math.inf)):
+        part = [(abs(ring / float(r["busbw_gbps"]) - 1), abs(tr / float(r["busbw_gbps"]) - 1))
+                for r, ring, tr in tree if lo <= r["bytes"] < hi]
+        if part:
+            label = "messages >= 128 MiB" if lo else "smaller messages"
+            print(f"{label}: {len(part)} rows, median |error| ring {statistics.median(p[0] for p in part) * 100:.1f}%, "
+                  f"tree {statistics.median(p[1] for p in part) * 100:.1f}%")
 
 
 def print_all_to_all(rows: list[dict]) -> None:

@@ -28,6 +28,13 @@ after the others, on the fp8 calibration rows alone, with the bf16 constants hel
     python benchmarks/published_runs.py           # both tables; exit 1 if a row misses by > --tolerance
     python benchmarks/published_runs.py --fit     # grid search of the fitted constants on calibration rows
     python benchmarks/published_runs.py --versus-planner   # + how much faster `uniap plan`'s plan is (same model)
+    python benchmarks/published_runs.py --ring-step-grid   # + calibration / validation error over a grid of
+                                                           #   cost.tables.RING_STEP_ACROSS_NODES_S (checked, not fitted)
+
+After the two tables it prints the data-parallel check of the cost model's collectives at scale: every costed row on
+512 GPUs or more without pipeline stages (pure data parallelism or FSDP, with its micro-batches per step), and how
+step time grows with the GPU count at the same per-GPU work (llm-foundry's 128 / 256 / 512-GPU series, one
+micro-batch per step), published against predicted.
 """
 
 from __future__ import annotations
@@ -348,6 +355,76 @@ def print_table(title: str, results) -> float:
     return worst
 
 
+def micro_batches_per_step(row: Row) -> int:
+    c = row.config
+    return c["global_batch"] // (c["dp"] * (c.get("micro_batch_size") or 1))
+
+
+def print_data_parallel_at_scale(results) -> None:
+    """The costed rows on 512 GPUs or more with no pipeline (pure data parallelism or FSDP, tp allowed), and the
+    scaling of every series of rows that differ only in GPU count (same model, per-GPU micro-batch, ZeRO, recompute):
+    the published step time against the series' smallest run, beside the predicted one."""
+    big = [(r, m, p) for r, m, p, *_ in results if r.data["gpus"] >= 512 and r.config["pp"] == 1]
+    print("\ndata parallelism / FSDP on >= 512 GPUs (no pipeline; micro = micro-batches per step)")
+    header = f"{'row':<40} {'split':<11} {'GPUs':>5} {'tp':>2} {'dp':>4} {'z':>1} {'micro':>5} {'published s':>11} " \
+             f"{'predicted s':>11} {'error':>7}"
+    print(header)
+    print("-" * len(header))
+    for r, m, p in big:
+        c = r.config
+        print(f"{r.id:<40} {r.split:<11} {r.data['gpus']:>5} {c['tp']:>2} {c['dp']:>4} {c['zero']:>1} "
+              f"{micro_batches_per_step(r):>5} {m:>11.3f} {p:>11.3f} {(p / m - 1) * 100:>+6.1f}%")
+    series: dict = {}
+    for r, m, p, *_ in results:
+        c = r.config
+        key = (r.data["hardware"], r.data["engine"], repr(sorted(r.data["model"].items())), c["tp"], c["pp"],
+               c.get("micro_batch_size"), micro_batches_per_step(r), c["zero"], r.recompute_level(), c.get("precision"))
+        if c["pp"] == 1 and c["global_batch"] == c["dp"] * (c.get("micro_batch_size") or 1) * micro_batches_per_step(r):
+            series.setdefault(key, []).append((r, m, p))
+    print("\nscaling at the same per-GPU work: step time over the series' smallest run (published, predicted)")
+    header = f"{'row':<40} {'GPUs':>5} {'micro':>5} {'published x':>11} {'predicted x':>11} {'error':>7}"
+    print(header)
+    print("-" * len(header))
+    for runs in series.values():
+        runs = sorted(runs, key=lambda t: t[0].data["gpus"])
+        if len(runs) < 2 or runs[-1][0].data["gpus"] < 512:
+            continue
+        _, m0, p0 = runs[0]
+        for r, m, p in runs:
+            print(f"{r.id:<40} {r.data['gpus']:>5} {micro_batches_per_step(r):>5} {m / m0:>11.3f} {p / p0:>11.3f} "
+                  f"{(p / p0) / (m / m0) * 100 - 100:>+6.1f}%")
+
+
+# The per-step latency of an all-gather / reduce-scatter ring across nodes that --ring-step-grid tries (seconds).
+RING_STEP_GRID = [0.0, 4e-6, 8e-6, 10e-6, 14e-6, 17e-6, 20e-6, 25e-6]
+
+
+def print_ring_step_grid(rows: list[Row]) -> None:
+    """Calibration mean squared log error and both splits' |error| over RING_STEP_GRID: the check of
+    cost.tables.RING_STEP_ACROSS_NODES_S (NCCL's 14 µs, not fitted), validation printed beside it."""
+    from uniap.cost import tables
+
+    dense = [r for r in rows if not r.is_moe]
+    held = tables.RING_STEP_ACROSS_NODES_S
+    print(f"\nall-gather / reduce-scatter ring step across nodes (cost.tables.RING_STEP_ACROSS_NODES_S = "
+          f"{held * 1e6:.0f} µs):")
+    print(f"{'step µs':>7} {'cal msle':>9} {'cal median':>10} {'cal largest':>11} {'val median':>10} {'val largest':>11}"
+          "   (msle: mean squared log error ×10⁴)")
+    decline = tables.FABRIC_DECLINE
+    try:
+        for step, fabric in [(step, decline) for step in RING_STEP_GRID] + [(held, 0.0)]:
+            tables.RING_STEP_ACROSS_NODES_S, tables.FABRIC_DECLINE = step, fabric
+            res = errors(dense)
+            cal = [(r, m, p) for r, m, p, *_ in res if r.split == "calibration"]
+            val = [(r, m, p) for r, m, p, *_ in res if r.split == "validation"]
+            msle = sum(math.log(p / m) ** 2 for _, m, p in cal) / len(cal)
+            (cm, cw), (vm, vw) = summary(cal), summary(val)
+            print(f"{step * 1e6:>7.0f} {msle * 1e4:>9.2f} {cm * 100:>9.1f}% {cw * 100:>10.1f}% {vm * 100:>9.1f}% "
+                  f"{vw * 100:>10.1f}%" + ("  (without cost.tables.fabric_share)" if not fabric else ""))
+    finally:
+        tables.RING_STEP_ACROSS_NODES_S, tables.FABRIC_DECLINE = held, decline
+
+
 def print_versus_planner(rows: list[Row], overrides: dict | None, search_time: float) -> None:
     """Each costed dense row's published layout against `uniap plan`'s on the same workload, under the same model
     (the levers searched: recompute levels, cp, the row's precision and engine)."""
@@ -421,14 +498,21 @@ def main() -> int:
     parser.add_argument("--versus-planner", action="store_true", help="Also search each costed dense row's workload "
                         "and print how much faster the planner's plan is than the published layout (same model).")
     parser.add_argument("--search-time", type=float, default=20.0, help="Seconds per search with --versus-planner.")
+    parser.add_argument("--ring-step-grid", action="store_true", help="Also print the calibration and validation "
+                        "error over a grid of the all-gather / reduce-scatter ring step across nodes.")
     args = parser.parse_args()
     rows = load_rows()
     overrides = fit(rows) if args.fit else None
     worst = 0.0
+    everything = []
     for split in SPLITS:
         results = errors([r for r in rows if r.split == split], overrides)
+        everything += results
         worst = max(worst, print_table(f"{split} rows" + (" (fitted on these)" if split == "calibration" else
                                                          " (never fitted on)"), results))
+    print_data_parallel_at_scale(sorted(everything, key=lambda t: [r.id for r in rows].index(t[0].id)))
+    if args.ring_step_grid:
+        print_ring_step_grid(rows)
     if args.versus_planner:
         print_versus_planner([r for r in rows if not r.is_moe], overrides, args.search_time)
     print_moe(rows)  # before the dense summary, which stays the last lines (what the gate reads)

@@ -17,10 +17,11 @@ def all_reduce(nbytes: float, n: int, link: Link) -> float:
 
 
 def all_gather(nbytes: float, n: int, link: Link) -> float:
-    """`nbytes` is the size of the *gathered* (full) buffer."""
+    """`nbytes` is the size of the *gathered* (full) buffer. Its steps cost the link's ring all-gather α
+    (`Link.gather_step_s`: larger than an all-reduce's across nodes, cost.tables._slowest)."""
     if n <= 1 or nbytes <= 0:
         return 0.0
-    return (n - 1) * link.latency_s + (n - 1) / n * nbytes / link.bandwidth
+    return (n - 1) * link.gather_step_s + (n - 1) / n * nbytes / link.bandwidth
 
 
 def reduce_scatter(nbytes: float, n: int, link: Link) -> float:

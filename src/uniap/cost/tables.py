@@ -9,6 +9,7 @@ the planner, `estimate`, the baselines and the report alike, so a plan costs the
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,7 +94,9 @@ def _slowest(cluster: ClusterSpec, first: np.ndarray, last: np.ndarray, size: in
     (NCCL's own ring latency model, src/graph/tuning.cc) — and a bandwidth of one network link per rank of the
     group on a node, at most the intra-node one: NCCL runs one ring channel per NIC rail, so a group with g ranks
     per node crosses the network g links wide (nccl-tests all-reduce on 2–8 nodes of 8 H100 with 8 × 400 Gb/s:
-    385–470 GB/s busbw where one NIC gives 50 GB/s; benchmarks/data/nccl_tests.yaml).
+    385–470 GB/s busbw where one NIC gives 50 GB/s; benchmarks/data/nccl_tests.yaml). Its all-gather and
+    reduce-scatter steps cost at least RING_STEP_ACROSS_NODES_S each (Link.gather_latency_s), and its bandwidth falls
+    with the node count past 4 nodes (fabric_share). Both from the published figures at scale, below.
     """
     nodes = int(np.max(cluster.node_of(last) - cluster.node_of(first))) + 1 if len(first) else 1
     if nodes <= 1:
@@ -102,8 +105,45 @@ def _slowest(cluster: ClusterSpec, first: np.ndarray, last: np.ndarray, size: in
     steps = max(size - 1, 1)
     net_steps = min(nodes - 1, steps)
     latency = (net_steps * inter.latency_s + (steps - net_steps) * intra.latency_s) / steps
+    gather_step = max(intra.latency_s, RING_STEP_ACROSS_NODES_S)
+    gather = (net_steps * inter.latency_s + (steps - net_steps) * gather_step) / steps
     per_node = max(1, size // nodes)
-    return Link(latency_s=latency, bandwidth=min(intra.bandwidth, inter.bandwidth * per_node))
+    return Link(latency_s=latency, bandwidth=min(intra.bandwidth, inter.bandwidth * per_node) * fabric_share(nodes),
+                gather_latency_s=gather)
+
+
+# α of every step of a ring all-gather / reduce-scatter that spans nodes (at least; NVLink's is below it): 14 µs,
+# NCCL's own figure for a ring step over the network (src/graph/tuning.cc, hwLatencies[NET][Ring][Simple] = 14.0 since
+# NCCL 2.18.1; NVIDIA/nccl@5067397c). A ring over n ranks on N nodes is one pipeline whose every step waits on the
+# network hops of the others, and NCCL's model itself raises the steps inside a node to its per-step network
+# overhead in a multi-node ring ("Inter-node rings still have to launch nsteps * net overhead"). NCCL runs these two
+# collectives only as rings across nodes (its PAT needs one GPU per node; NVIDIA/nccl#1473), so unlike an all-reduce,
+# which it may run as a tree, no other algorithm takes their latency down. Taken from NCCL, not fitted, and checked:
+# `python benchmarks/published_runs.py --ring-step-grid` prints the calibration rows' mean squared log error and both
+# splits' errors over 0-25 µs (the calibration error falls up to about 20 µs; every validation row is within 15 % from
+# 8 to 20 µs, and without it llm-foundry's 1B on 512 H100 is not), and NVIDIA/nccl#1218's 2 GiB all-gather on 256
+# H100 (~200 GB/s) is met within a few per cent (benchmarks/nccl_busbw.py). All-reduce keeps the ring latency
+# above, which matches the 2-8-node all-reduce rows of benchmarks/data/nccl_tests.yaml.
+RING_STEP_ACROSS_NODES_S = 14e-6
+
+
+# A ring's bus bandwidth across many nodes falls with the node count: the fabric (leaf and spine tiers of a rail-
+# optimised fat tree, adaptive routing) does not carry every rail at line rate once a ring leaves a leaf switch. The
+# one published series beyond 64 nodes: NVIDIA/nccl#1229 (2024-03-16), nccl-tests reduce_scatter on H100 nodes of 8
+# GPUs, "4/8/16/32/64/128 nodes ... 360, 345, 320, 300, 280, 260" GB/s busbw: −5.7 % of the 4-node figure per doubling
+# of the nodes (a least-squares line in log2 nodes, benchmarks/nccl_busbw.py prints it), the 4-node figure being what
+# the model gives without it (8 × 45 GB/s). Not extrapolated past the 128 nodes measured. NVIDIA/nccl#1218 (all_gather,
+# 2 GiB, 32 nodes of 8 H100: "only achieves 200GBps") is lower still.
+FABRIC_DECLINE = 0.057  # per doubling of the nodes a ring spans, beyond FABRIC_FROM_NODES
+FABRIC_FROM_NODES = 4
+FABRIC_UPTO_NODES = 128
+
+
+def fabric_share(nodes: int) -> float:
+    """The share of its network bandwidth a ring over `nodes` nodes reaches (1 up to 4 nodes; NVIDIA/nccl#1229)."""
+    if nodes <= FABRIC_FROM_NODES:
+        return 1.0
+    return 1.0 - FABRIC_DECLINE * math.log2(min(nodes, FABRIC_UPTO_NODES) / FABRIC_FROM_NODES)
 
 
 def disallowed(layer: LayerSpec, s: Strategy, micro_batch: int) -> str | None:
@@ -172,11 +212,9 @@ def layer_cost(layer: LayerSpec, s: Strategy, micro_batch: int, cluster: Cluster
     # --overlap-grad-reduce/--overlap-param-gather do: only the part longer than the compute it hides behind
     # counts, and compute runs slower while it overlaps.
     grad_elem = 4.0 if workload.precision == "fp32" else 2.0
-    dense_micro, dense_sync = _data_parallel(dense_params_per_device(layer, s) * grad_elem, s.replicas, s.zero,
-                                             links.dp[s.tp])
-    expert_micro, expert_sync = _data_parallel(expert_params_per_device(layer, s) * grad_elem, s.edp, s.zero,
-                                               links.dp[s.ep * s.etp])
-    per_micro, sync = dense_micro + expert_micro, dense_sync + expert_sync
+    dense = _data_parallel(dense_params_per_device(layer, s) * grad_elem, s.replicas, s.zero, links.dp[s.tp])
+    expert = _data_parallel(expert_params_per_device(layer, s) * grad_elem, s.edp, s.zero, links.dp[s.ep * s.etp])
+    fwd_micro, bwd_micro, sync = (a + b for a, b in zip(dense, expert))
     shard = (dense_params_per_device(layer, s) / (s.replicas if s.zero >= 1 else 1)
              + expert_params_per_device(layer, s) / (s.edp if s.zero >= 1 else 1))
     # Once per iteration: DDP's all-reduce hides behind the last micro-batch's backward; ZeRO-1/2's
@@ -185,8 +223,8 @@ def layer_cost(layer: LayerSpec, s: Strategy, micro_batch: int, cluster: Cluster
     exposed_sync = overlapped(window, sync, device.overlap_slowdown) - window if sync else 0.0
     once = exposed_sync + optimizer_time(device, shard)
 
-    A = ((overlapped(compute, per_micro, device.overlap_slowdown) if per_micro else compute) + tp_time + expert_time
-         + context_time)
+    A = data_parallel_overlap(compute, forward_share(s.full), fwd_micro, bwd_micro, device.overlap_slowdown) \
+        + tp_time + expert_time + context_time
     Ms = static_bytes(layer, s, workload.precision)
     Ma = micro_batch / s.dp * activation_bytes_per_sample(layer, s, workload.precision, flash_attention=cluster.engine.flash,
                                                imbalance=imbalance)
@@ -237,22 +275,46 @@ def _context_exchange(layer: LayerSpec, s: Strategy, samples: float, cluster: Cl
     return exposed
 
 
-def _data_parallel(grad_bytes: float, replicas: int, zero: int, link: Link) -> tuple[float, float]:
-    """(every micro-batch, once per iteration) communication of `grad_bytes` of gradients over `replicas` ranks:
-    ZeRO-2/3's gradient reduce-scatter and ZeRO-3's parameter all-gathers per micro-batch; DDP/ZeRO-1's
-    all-reduce or ZeRO-2's all-gather of the updated shards once."""
-    per_micro = 0.0
+def _data_parallel(grad_bytes: float, replicas: int, zero: int, link: Link) -> tuple[float, float, float]:
+    """(every micro-batch's forward, every micro-batch's backward, once per iteration) communication of `grad_bytes`
+    of gradients over `replicas` ranks: ZeRO-3 gathers the parameters for the forward (forward) and again for the
+    backward, and ZeRO-2/3 reduce-scatter the gradients (backward); DDP/ZeRO-1's all-reduce or ZeRO-2's all-gather
+    of the updated shards once."""
+    fwd = bwd = 0.0
     if zero >= 2:
-        per_micro += comm.reduce_scatter(grad_bytes, replicas, link)
+        bwd += comm.reduce_scatter(grad_bytes, replicas, link)
     if zero >= 3:
-        per_micro += 2 * comm.all_gather(grad_bytes, replicas, link)  # params gathered for fwd and bwd
+        gather = comm.all_gather(grad_bytes, replicas, link)
+        fwd += gather
+        bwd += gather
     if zero <= 1:
         sync = comm.all_reduce(grad_bytes, replicas, link)
     elif zero == 2:
         sync = comm.all_gather(grad_bytes, replicas, link)
     else:
         sync = 0.0
-    return per_micro, sync
+    return fwd, bwd, sync
+
+
+def forward_share(full_recompute: bool) -> float:
+    """Fraction of a layer call's compute that runs in the forward pass: a third (the backward does twice its
+    work), a quarter when the whole forward runs again in the backward (cost.compute.backward_share's complement
+    counts that recomputed forward as neither)."""
+    return 1.0 / 4.0 if full_recompute else 1.0 / 3.0
+
+
+def data_parallel_overlap(compute: float, forward: float, fwd_comm: float, bwd_comm: float, slowdown: float) -> float:
+    """One layer call's time with its per-micro-batch data-parallel traffic beside it: the forward's parameter gather
+    hides only behind the forward (`forward`: its share of `compute`, forward_share; FSDP prefetches it during the
+    layer before), the backward's gather and gradient reduce-scatter only behind the rest, the backward with any
+    recomputed forward. Each half is `overlapped`; a layer whose forward is shorter than its gather pays the rest,
+    even where its backward could have hidden it: the windows are the layer's own, with one micro-batch per step or
+    many."""
+    if not fwd_comm and not bwd_comm:
+        return compute
+    fwd, bwd = compute * forward, compute * (1.0 - forward)
+    return (overlapped(fwd, fwd_comm, slowdown) if fwd_comm else fwd) + \
+        (overlapped(bwd, bwd_comm, slowdown) if bwd_comm else bwd)
 
 
 def _expert_exchange(layer: LayerSpec, s: Strategy, bytes_per_elem: float, links: StageLinks) -> float:

@@ -25,6 +25,14 @@ MiB = 1024**2
 class Link:
     latency_s: float  # α: per message step
     bandwidth: float  # β⁻¹: bytes/s per device achievable by a ring collective (busbw)
+    # α per step of a ring all-gather / reduce-scatter where it differs from an all-reduce's (None: latency_s). A ring
+    # across nodes sets it (cost.tables._slowest): NCCL runs those two as rings only, where it runs an all-reduce as a
+    # ring or a tree, whichever its tuning model finds faster.
+    gather_latency_s: float | None = None
+
+    @property
+    def gather_step_s(self) -> float:
+        return self.latency_s if self.gather_latency_s is None else self.gather_latency_s
 
 
 @dataclass(frozen=True)
@@ -121,7 +129,10 @@ class ClusterSpec:
 #          kernels reach 80-90 % of HBM peak). kernel_gap_s 3 µs per kernel: estimate (launch latency).
 # overlap  overlap_slowdown: compute slowdown while NCCL kernels run beside it (they hold 8-32 SMs and HBM
 #          bandwidth) — fitted (grid 0, 0.1, 0.2, 0.3).
-#          Across nodes a group's ring is one NIC rail per rank on a node wide (cost.tables._slowest; nccl-tests).
+#          Across nodes a group's ring is one NIC rail per rank on a node wide (cost.tables._slowest; nccl-tests),
+#          its all-gather / reduce-scatter steps cost at least NCCL's 14 µs network step and its bandwidth falls
+#          5.7 % per doubling of the nodes past 4 (cost.tables.RING_STEP_ACROSS_NODES_S, fabric_share; the
+#          published figures at scale, NVIDIA/nccl#1229 and #1218).
 # h100-96g H100 with 96 GB HBM2e capped at 500 W (Meta's Grand Teton; the machines of torchtitan's published
 #          benchmarks): 96 GB and 2.4 TB/s as torchtitan's docs/performance.md states; its peak "lies between the SXM
 #          and the NVL": we take the H100 NVL datasheet's 835 TFLOP/s dense bf16, the lower end (an estimate
