@@ -164,8 +164,27 @@ def test_readme_python_example_runs_under_torchrun():
     script = ROOT / "examples" / "train_llama.py"
     assert script.read_text() in (ROOT / "README.md").read_text()  # the README shows this very script
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
-                           "--master-port", "0", str(script)], capture_output=True, text=True, env=env, timeout=600)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                           "4", str(script)], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     line = [l for l in done.stdout.splitlines() if l.startswith("loss ")]
     assert line and "measured" in line[0] and "predicted" in line[0], done.stdout
+
+
+def test_plan_takes_a_transformers_config_or_model_and_carries_its_config(tmp_path):
+    """`uniap.plan` on a config and on a model gives the same plan, which carries the config (so that `run --impl
+    transformers` builds the class), survives save/load, and refuses a bad time limit in one line."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    import uniap
+
+    config = LlamaConfig(**FAMILIES["llama"])
+    by_config = uniap.plan(config, cluster="cpu:1x4", global_batch=BATCH, seq_len=SEQ)
+    by_model = uniap.plan(LlamaForCausalLM(config), cluster="cpu:1x4", global_batch=BATCH, seq_len=SEQ)
+    assert {**by_config.to_json(), "search": None} == {**by_model.to_json(), "search": None}
+    assert by_config.model["hf_config"]["model_type"] == "llama"
+    by_config.save(tmp_path / "plan.json")
+    assert uniap.Plan.load(tmp_path / "plan.json").model["hf_config"] == by_config.model["hf_config"]
+    check_plan(by_config, 4, "transformers")  # runnable on transformers as it is
+    with pytest.raises(uniap.UniapError, match="time_limit must be positive"):
+        uniap.plan(config, cluster="cpu:1x4", global_batch=BATCH, seq_len=SEQ, time_limit=-1)

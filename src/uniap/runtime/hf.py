@@ -156,15 +156,25 @@ def build_hf_model(hf_config: dict, seed: int, attention: str = "flash"):
 
 
 class _Context:
-    """What the model-level forward computes for its layers: positions, masks, rotary embeddings (per call)."""
+    """What the model-level forward computes for its layers: positions, masks and rotary embeddings. They depend on
+    the shapes alone (whole sequences of `seq_len` tokens, no padding) and carry no gradient, so each is built once
+    per (layer type, micro-batch rows, dtype, device) and reused by every layer and step."""
 
     def __init__(self, hf_config, rotary: nn.Module | None, seq_len: int):
         self.config, self.rotary, self.seq_len = hf_config, rotary, seq_len
+        self._built: dict[tuple, dict] = {}
 
     def layer_kwargs(self, x: torch.Tensor, layer_type: str) -> dict:
+        local = x.to_local() if isinstance(x, DTensor) else x
+        key = (layer_type, local.shape[0], local.dtype, local.device)
+        if key not in self._built:
+            with torch.no_grad():
+                self._built[key] = self._build(local, layer_type)
+        return self._built[key]
+
+    def _build(self, local: torch.Tensor, layer_type: str) -> dict:
         from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 
-        local = x.to_local() if isinstance(x, DTensor) else x
         stand_in = local.new_empty((local.shape[0], self.seq_len, 0))  # the whole sequence, for mask shapes
         positions = torch.arange(self.seq_len, device=local.device).unsqueeze(0)
         sliding = layer_type == "sliding_attention"
