@@ -20,6 +20,7 @@ demo: $(STAMP)
 	$(BIN)/uniap demo
 
 test: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks examples
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest
 
 bench: $(STAMP)

@@ -84,8 +84,6 @@ def plan(model, *, cluster: str, global_batch: int, seq_len: int | None = None, 
     total, best_time_s)` is called as candidates finish. Bad input raises `uniap.UniapError` with one line."""
     from uniap.planner import MAX_VIRTUAL_STAGES, plan_search
 
-    if time_limit is not None and time_limit <= 0:
-        raise UniapError(f"time_limit must be positive, got {time_limit}")
     spec, clus, workload = inputs(model, cluster, global_batch, seq_len, precision, profile, kernels, attention)
     return plan_search(spec, clus, workload, schedule=schedule, solver=solver, time_limit=time_limit, max_tp=max_tp,
                        workers=workers, progress=progress, max_cp=max_cp,

@@ -23,24 +23,32 @@ from uniap.strategies import Strategy, uniform_fallbacks
 EDGE_KINDS = ("embedding", "patch_embed", "head")
 
 
-def uniform_split(model: ModelSpec, stages: int) -> np.ndarray:
-    """Megatron's split: the body layers evenly over the stages (or chunks), embedding on the first, head on the
-    last."""
+def uniform_split(model: ModelSpec, stages: int, virtual_stages: int = 1) -> np.ndarray:
+    """Megatron's split: the body layers evenly over the stages, embedding on the first, head on the last. Under
+    interleaving (`virtual_stages` v > 1; the result then numbers the P·v chunks, chunk j on stage j mod P) the
+    blocks are balanced per stage first, each stage's share split evenly over its v chunks: Llama 3 405B's 126
+    blocks on pp16·v7 give every stage 7 or 8 blocks, where an even split over the 112 chunks would put all 14
+    doubled chunks on stages 0 and 8."""
     body = [u for u, layer in enumerate(model.layers) if layer.kind not in EDGE_KINDS]
-    if stages > len(body):
-        raise UniapError(f"{stages} pipeline stages (chunks) exceed the {len(body)} blocks of {model.name}")
+    pieces = stages * virtual_stages
+    if pieces > len(body):
+        raise UniapError(f"{pieces} pipeline stages (chunks) exceed the {len(body)} blocks of {model.name}")
+    per_stage = np.bincount([i * stages // len(body) for i in range(len(body))], minlength=stages)
+    per_chunk = [per_stage[j % stages] // virtual_stages + (j // stages < per_stage[j % stages] % virtual_stages)
+                 for j in range(pieces)]  # a stage's leftover blocks go to its first chunks
+    if min(per_chunk) < 1:
+        raise UniapError(f"a stage of {min(per_stage)} blocks cannot run {virtual_stages} chunks")
     stage_of = np.zeros(len(model.layers), dtype=int)
-    for i, u in enumerate(body):
-        stage_of[u] = i * stages // len(body)
+    stage_of[body] = np.repeat(np.arange(pieces), per_chunk)
     for u, layer in enumerate(model.layers):
         if layer.kind in EDGE_KINDS:
-            stage_of[u] = 0 if u < body[0] else stages - 1
+            stage_of[u] = 0 if u < body[0] else pieces - 1
     return stage_of
 
 
-def uniform_assignment(model: ModelSpec, stages: int, strategy: Strategy, micro_batch: int
+def uniform_assignment(model: ModelSpec, stages: int, strategy: Strategy, micro_batch: int, virtual_stages: int = 1
                        ) -> tuple[list[Strategy], np.ndarray, np.ndarray]:
-    """One strategy for every layer, over `stages` pieces of the chain (P, or P·v chunks under interleaving):
+    """One strategy for every layer, over the chain split over `stages` stages (P·v chunks under interleaving):
     recompute only where a layer can be recomputed, and the expert layout (ep, etp) on MoE layers only, as
     Megatron-LM and torchtitan apply them.
 
@@ -55,7 +63,8 @@ def uniform_assignment(model: ModelSpec, stages: int, strategy: Strategy, micro_
             raise UniapError(disallowed(layer, strategy, micro_batch))
         strategy_of[u] = usable[0]
     used = sorted(set(strategy_of.tolist()))
-    return [strategies[k] for k in used], uniform_split(model, stages), np.searchsorted(used, strategy_of)
+    return ([strategies[k] for k in used], uniform_split(model, stages, virtual_stages),
+            np.searchsorted(used, strategy_of))
 
 
 def predict(model: ModelSpec, cluster: ClusterSpec, workload: Workload, program: StageProgram,
@@ -184,7 +193,7 @@ def estimate_uniform(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
         raise UniapError(f"--ep and --etp place routed experts, and {model.name} has none")
     strategy = Strategy(dp=dp, tp=tp, zero=zero if dp * cp > 1 else 0, recompute=recompute, sp=sequence_parallel,
                         ep=ep, etp=etp, cp=cp)
-    strategies, stage_of, strategy_of = uniform_assignment(model, pp * virtual_stages, strategy, micro)
+    strategies, stage_of, strategy_of = uniform_assignment(model, pp, strategy, micro, virtual_stages)
     program = build_program(model, cluster, workload, pp, micro_batches, strategies, schedule, virtual_stages)
     predicted = predict(model, cluster, workload, program, stage_of, strategy_of)
     return make_plan(model, cluster, workload, schedule, micro_batches, strategies, stage_of, strategy_of, predicted,

@@ -130,6 +130,8 @@ def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, s
     none when that is 1) together; "1f1b" and "gpipe" search that schedule alone. Interleaved programs are solved by device group
     first (solve.group_relaxation), which keeps the whole search within ~2× the plain one."""
     check_schedule(schedule)
+    if time_limit is not None and not time_limit > 0:
+        raise UniapError(f"the time limit must be a positive number of seconds, got {time_limit}")
     schedules = ("1f1b", INTERLEAVED) if schedule == INTERLEAVED else (schedule,)
     if schedule == INTERLEAVED and solver == "scip":
         raise UniapError("the SCIP back-end solves plain pipelines only; search interleaving with highs or gurobi")

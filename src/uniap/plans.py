@@ -177,8 +177,14 @@ class Plan:
             if stage.index != i or first != expect or last < first:
                 raise UniapError(f"stage {i}: layers must be contiguous and ordered (got {first}..{last})")
             expect = last + 1
-        if expect != len(self.layers) or int(self.model["layers"]) != len(self.layers):
-            raise UniapError(f"stages cover {expect} layers but the model has {self.model['layers']}")
+        model_layers = int(self.model["layers"])
+        if len(self.layers) != model_layers:
+            listed = {layer.index for layer in self.layers}
+            missing = [u for u in range(model_layers) if u not in listed]
+            raise UniapError(f"the plan lists {len(self.layers)} layers but its model has {model_layers}"
+                             + (f" (missing: {', '.join(map(str, missing[:5]))})" if missing else ""))
+        if expect != model_layers:
+            raise UniapError(f"the stages cover layers 0..{expect - 1} ({expect}) but the model has {model_layers}")
         for layer in self.layers:
             stage = self.stages[layer.stage] if 0 <= layer.stage < degree else None
             chunk = layer.position

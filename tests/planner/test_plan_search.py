@@ -110,9 +110,9 @@ def test_min_peak_memory_is_the_true_minimum():
 
 
 def test_time_limit_bounds_the_whole_search_and_says_what_it_skipped():
-    # with no time at all the search keeps the first uniform plan it can build and stops building tables
+    # with (next to) no time the search keeps the first uniform plan it can build and stops building tables
     model = load_model("gpt3-1.3b", 2048)
-    plan = plan_search(model, load_cluster("a100-40g:4x8"), Workload(256, 2048, "bf16"), time_limit=0.0, workers=1)
+    plan = plan_search(model, load_cluster("a100-40g:4x8"), Workload(256, 2048, "bf16"), time_limit=1e-6, workers=1)
     search = plan.search
     assert not search["optimal"] and search["unbounded"] > 0 and search["gap"] == 1.0
     assert plan.predicted["fits"]

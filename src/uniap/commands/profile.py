@@ -58,10 +58,6 @@ def progress_bar(console: Console):
     return bar, update
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.2f}"
-
-
 def profile_tables(doc: dict) -> list[Table]:
     """Rich tables of a profile: layer figures (measured strategies only) and collective fits."""
     sizes = doc["micro_batch_sizes"]

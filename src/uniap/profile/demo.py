@@ -27,6 +27,7 @@ import numpy as np
 
 from uniap.errors import UniapError
 from uniap.spec.model import ModelConfig
+from uniap.spec.hf import zoo_hf_config
 from uniap.strategies import Strategy as S
 
 # The demo model: GPT-2 architecture, 4 blocks of hidden 256 (4 heads, FFN 1024), vocabulary 1024, 64 tokens;
@@ -103,17 +104,6 @@ def comparison_plans(config: ModelConfig, world: int, global_batch: int, seq_len
         mixed[f"block.{i}"] = S(world, 1, 3) if i % 2 else S(half, world // half)
     add("mixed 1 stage", dp=world, per_layer=mixed)
     return out
-
-
-def hf_config(config: ModelConfig) -> dict | None:
-    """A Hugging Face GPT-2 `config.json` for `config` (so `uniap plan --model config.json` finds the same
-    architecture), or None for a model it cannot express."""
-    if config.family != "gpt2" or config.kv_channels or config.gated_mlp or config.norm != "layernorm" \
-            or not config.bias or not config.learned_positions:
-        return None
-    return {"model_type": "gpt2", "n_layer": config.layers, "n_embd": config.hidden, "n_head": config.heads,
-            "n_inner": config.ffn, "vocab_size": config.vocab, "n_positions": config.max_seq,
-            "tie_word_embeddings": config.tied_embeddings}
 
 
 def megatron_split(config: ModelConfig, seq_len: int, pp: int) -> list[int]:
@@ -218,9 +208,10 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
     started = time.perf_counter()
     model = build_layers(config, seq_len)
     workload = Workload(global_batch, seq_len, "fp32")
-    hf = hf_config(config)
-    if hf is not None:  # so that `uniap plan --model OUT/config.json --profile OUT/profile.json` plans this model
-        (out / "config.json").write_text(json.dumps(hf, indent=1) + "\n")
+    try:  # so that `uniap plan --model OUT/config.json --profile OUT/profile.json` plans this model
+        (out / "config.json").write_text(json.dumps(zoo_hf_config(config), indent=1) + "\n")
+    except UniapError:
+        pass  # an architecture no Hugging Face GPT-2 or Llama config expresses
     cluster = local_cluster(nproc)
     timings = {}
 

@@ -11,8 +11,6 @@ from uniap.spec.families import build_layers
 from uniap.spec.model import ModelConfig
 from uniap.strategies import Strategy, divisors
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "p2p")
-
 
 @dataclass(frozen=True)
 class LayerType:

@@ -21,8 +21,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -112,7 +114,7 @@ def launch(entry: list[str], payload: dict, nodes: Nodes, *, wall_s: float, what
     exchange = (FailureExchange(nodes.endpoint, nodes.nnodes, nodes.node_rank, timeout_s) if nodes.nnodes > 1
                 else None)
     deadline = time.monotonic() + wall_s
-    with open(log, "w") as fh:
+    with open(log, "w") as fh, _termination_raises():
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
             while True:
@@ -142,6 +144,27 @@ def launch(entry: list[str], payload: dict, nodes: Nodes, *, wall_s: float, what
             raise UniapError(f"{what} finished without a result (log: {log})") from None
     shutil.rmtree(workdir, ignore_errors=True)
     return result
+
+
+@contextmanager
+def _termination_raises():
+    """While the ranks run, SIGTERM and SIGHUP (from `timeout`, a supervisor, a CI runner, `subprocess.terminate()`)
+    raise SystemExit(128 + signal) here instead of ending the process at once, so that `launch` kills torchrun and
+    its ranks on the way out: they run in a session of their own and would otherwise go on as orphans. Signals
+    can only be caught in the main thread; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -535,18 +535,20 @@ def read_hf_dict(data: dict, path: str | Path) -> ModelConfig:
 
 
 def zoo_hf_config(config: ModelConfig) -> dict:
-    """The Hugging Face config of a zoo model of the gpt2 or llama family (which `read_hf_dict` reads back to the
-    same ModelConfig), so that `uniap run --impl transformers` can build its class; no dropout, as the runtime
-    trains (`models/decoder.as_trained`)."""
-    if config.family == "gpt2":
-        return {"model_type": "gpt2", "n_embd": config.hidden, "n_layer": config.layers, "n_head": config.heads,
+    """The Hugging Face config of a plain GPT-2 or Llama architecture (the zoo's gpt2 and llama families), which
+    `read_hf_dict` reads back to the same architecture, so that `uniap run --impl transformers` can build its class
+    and the demo can write a config.json; no dropout, as the runtime trains (`models/decoder.as_trained`)."""
+    if config.family == "gpt2" and not config.kv_channels and not config.gated_mlp and config.norm == "layernorm" \
+            and config.bias and config.learned_positions:
+        return {"model_type": "gpt2", "n_layer": config.layers, "n_embd": config.hidden, "n_head": config.heads,
                 "n_inner": config.ffn, "vocab_size": config.vocab, "n_positions": config.max_seq,
                 "tie_word_embeddings": config.tied_embeddings, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
-                "attn_pdrop": 0.0, "_name_or_path": config.name}
-    if config.family == "llama":
+                "attn_pdrop": 0.0}
+    if config.family == "llama" and config.gated_mlp and config.norm == "rmsnorm" and not config.bias \
+            and not config.kv_channels and not config.learned_positions:
         return {"model_type": "llama", "hidden_size": config.hidden, "num_hidden_layers": config.layers,
                 "num_attention_heads": config.heads, "num_key_value_heads": config.n_kv_heads,
                 "intermediate_size": config.ffn, "vocab_size": config.vocab, "max_position_embeddings": config.max_seq,
-                "tie_word_embeddings": config.tied_embeddings, "rms_norm_eps": 1e-5, "_name_or_path": config.name}
+                "tie_word_embeddings": config.tied_embeddings, "rms_norm_eps": 1e-5}
     raise UniapError(f"{config.name} ({config.family}) carries no Hugging Face config: plan it from its config.json "
                      f"to run it on transformers")

@@ -10,12 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Element-wise operator kinds; cost.compute.ELEMENTWISE prices each (bytes per element, kernels) under
-# fused and under eager kernels.
-ELEMENTWISE_KINDS = ("norm", "rmsnorm", "bias_gelu", "swiglu", "residual", "dropout", "rotary", "softmax", "embedding",
-                     "cross_entropy", "permute", "unpermute")
-
-
 @dataclass(frozen=True)
 class Gemm:
     """`count` matmuls (rows × k) @ (k × n) per sample, `rows` = the tokens of one sample.

@@ -1,0 +1,59 @@
+"""Small rules a user meets first: hand layouts split as evenly as they can be, a time limit is positive, and a
+broken plan file says what is missing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from uniap.errors import UniapError
+from uniap.estimate import uniform_split
+from uniap.plans import Plan
+from uniap.spec import load_model
+
+UNIAP = Path(sys.executable).with_name("uniap")
+
+
+@pytest.mark.parametrize("name, pp, v", [("llama3-405b", 16, 7), ("llama3-405b", 16, 1), ("gpt3-175b", 8, 5),
+                                         ("llama2-70b", 4, 7), ("llama2-70b", 4, 3)])
+def test_uniform_split_balances_blocks_per_stage_then_per_chunk(name, pp, v):
+    model = load_model(name, 2048)
+    chunk_of = uniform_split(model, pp, v)
+    blocks = np.array([layer.kind not in ("embedding", "head") for layer in model.layers])
+    per_chunk = np.bincount(chunk_of[blocks], minlength=pp * v)
+    per_stage = np.bincount(np.arange(pp * v) % pp, weights=per_chunk, minlength=pp)
+    assert per_stage.max() - per_stage.min() <= 1  # 405B on pp16·v7: 7 or 8 blocks a stage, not 14 on two of them
+    for s in range(pp):
+        mine = per_chunk[s::pp]
+        assert mine.max() - mine.min() <= 1 and mine.min() >= 1
+    assert (np.diff(chunk_of) >= 0).all()  # chunks are contiguous and in chain order
+
+
+def test_uniform_split_keeps_megatrons_split_when_layers_divide():
+    model = load_model("llama2-70b", 2048)  # 80 blocks over pp4·v5 = 20 chunks of 4
+    chunk_of = uniform_split(model, 4, 5)
+    assert np.bincount(chunk_of)[1:-1].tolist() == [4] * 18
+
+
+@pytest.mark.parametrize("limit", ["-1", "0"])
+def test_plan_refuses_a_time_limit_that_is_not_positive(limit):
+    done = subprocess.run([str(UNIAP), "plan", "-m", "tiny-gpt", "-c", "cpu:1x4", "-b", "8", "--time-limit", limit],
+                          capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"uniap: error: the time limit must be a positive number of seconds, got {float(limit)}"
+
+
+def test_a_plan_without_its_last_layer_names_what_is_missing(tmp_path):
+    done = subprocess.run([str(UNIAP), "estimate", "-m", "tiny-gpt", "-c", "cpu:1x4", "-b", "8", "--format", "json"],
+                          capture_output=True, text=True, check=True)
+    data = json.loads(done.stdout)
+    data["layers"] = data["layers"][:-1]
+    with pytest.raises(UniapError) as err:
+        Plan.from_json(data).validate()
+    layers = len(data["layers"])
+    assert str(err.value) == f"the plan lists {layers} layers but its model has {layers + 1} (missing: {layers})"
