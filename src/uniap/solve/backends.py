@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from uniap.errors import UniapError
-from uniap.solve.linear import Expr, LinearModel, csr
+from uniap.solve.linear import LinearModel, Row, RowName, csr
 
 ABS_GAP = 1e-9
 """Absolute MIP gap on the scaled objective (≳ 1): small enough that the relative gap decides."""
@@ -38,6 +38,9 @@ HIGHS_SMALL = {**HIGHS_SPEED, "presolve": "off"}
 """For the coarse device-group relaxation (group_relaxation.py, a few hundred columns): presolve costs more than
 it saves there. On six GPT-1T / 3,072-GPU programs, cut off at the optimum, 0.07–0.24 s each instead of
 0.12–0.75 s (with edge counts presolve pays: 0.39 s instead of 0.56 s)."""
+
+IIS_TIME_S = 10.0
+"""How long HiGHS may look for an irreducible infeasible subset (it solves a sub-MIP per row it tries to drop)."""
 
 _threads: int | None = None
 
@@ -81,11 +84,15 @@ class HighsBackend:
         lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous
                            for i in model.integer]
         _check(h.passModel(lp), "load the model", highspy)
+        self._names: list[RowName] = list(model.names)
+        self._model = model
 
-    def add_rows(self, rows: list[tuple[Expr, float, float]]) -> None:
+    def add_rows(self, rows: list[Row]) -> None:
+        """Named rows (expression, lo, hi, name) added to the loaded model."""
         if not rows:
             return
-        start, index, value = csr([expr for expr, _, _ in rows])
+        self._names += [r[3] for r in rows]
+        start, index, value = csr([r[0] for r in rows])
         lo = np.array([r[1] for r in rows], dtype=float)
         hi = np.array([r[2] for r in rows], dtype=float)
         _check(self._h.addRows(len(rows), lo, hi, len(index), start[:-1].astype(np.int32), index.astype(np.int32),
@@ -117,6 +124,25 @@ class HighsBackend:
                       M.kHighsInterrupt):
             return MipResult("limit", x, float(info.mip_dual_bound))
         raise UniapError(f"HiGHS stopped with status '{h.modelStatusToString(status)}'")
+
+    def conflict(self, time_limit: float | None = IIS_TIME_S) -> tuple[list[RowName], list[str]] | None:
+        """An irreducible infeasible subset of the loaded (infeasible) model, as HiGHS finds it: the names of its
+        rows, in row order, and the variable family of each column whose bounds take part. None where HiGHS finds
+        none (it cannot prove one, the time limit stops it, or the model is feasible)."""
+        h, hs = self._h, self._highspy
+        try:
+            h.setOptionValue("time_limit", float(time_limit) if time_limit is not None else math.inf)
+            h.setOptionValue("iis_strategy", int(hs.IisStrategy.kIisStrategyIrreducible))
+            status, iis = h.getIis()
+        except (AttributeError, TypeError, RuntimeError):  # a highspy without IIS for MIPs
+            return None
+        if status == hs.HighsStatus.kError or not iis.valid_:
+            return None
+        rows, cols = sorted(int(i) for i in iis.row_index_), sorted(int(j) for j in iis.col_index_)
+        if not rows and not cols:
+            return None
+        names = [self._names[i] if i < len(self._names) else ("unnamed", ()) for i in rows]
+        return names, [self._model.family(j) if self._model.families else "unnamed" for j in cols]
 
 
 class GurobiBackend:
@@ -153,9 +179,9 @@ class GurobiBackend:
         if math.isfinite(hi):
             self._m.addLConstr(expr, gp.GRB.LESS_EQUAL, hi)
 
-    def add_rows(self, rows: list[tuple[Expr, float, float]]) -> None:
-        start, index, value = csr([expr for expr, _, _ in rows])
-        for i, (_, lo, hi) in enumerate(rows):
+    def add_rows(self, rows: list[Row]) -> None:
+        start, index, value = csr([r[0] for r in rows])
+        for i, (_, lo, hi, _) in enumerate(rows):
             self._add(index[start[i]:start[i + 1]], value[start[i]:start[i + 1]], lo, hi)
         self._m.update()
 

@@ -38,9 +38,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from uniap.solve.linear import Builder, Expr, LinearModel, minus, plus, scaled, term
+from uniap.solve.linear import Builder, Expr, LinearModel, Row, minus, named, plus, scaled, term
 from uniap.solve.program import SEND_HIDING, StageProgram, interleaved_slots, lower_bound, stage_times
 from uniap.solve.reduce import Reduced, Run
+
+
+BOUNDS = {"n": "layers per stage and strategy, at most what fits in memory",
+          "m": "layers per stage, at most what fits in memory",
+          "a": "the stage window of a run's first layer", "b": "the stage window of a run's last layer"}
+"""What the bounds of the formulation's variable families say, for naming a conflict that involves them."""
 
 
 @dataclass(frozen=True)
@@ -65,37 +71,38 @@ class Formulation:
         stage = np.arange(P)
         self.n, self.m, self.a, self.b, self.s, self.l, self.t, self.y = ([] for _ in range(8))
         self.fits = [_fits(program, reduced, run) for run in runs]
-        for run, fits in zip(runs, self.fits):
-            self.n.append(bld.variables((P, len(run.keep)), 0, fits, integer=True))
-            self.m.append(bld.variables(P, 0, fits.max(axis=1, initial=0), integer=True))
+        for r, (run, fits) in enumerate(zip(runs, self.fits)):
+            self.n.append(bld.variables((P, len(run.keep)), 0, fits, integer=True, name=f"n[run={r}]"))
+            self.m.append(bld.variables(P, 0, fits.max(axis=1, initial=0), integer=True, name=f"m[run={r}]"))
             # Stage windows: each stage needs a layer, so layer u sits on a stage in [P − L + u, u].
             a_lo = (stage >= run.first) | (stage == P - 1)
-            self.a.append(bld.variables(P, a_lo, stage >= P - L + run.first, integer=True))
+            self.a.append(bld.variables(P, a_lo, stage >= P - L + run.first, integer=True, name=f"a[run={r}]"))
             if run.length == 1:
                 self.b.append(self.a[-1])
                 self.s.append(None), self.l.append(None), self.t.append(None), self.y.append(None)
                 continue
             b_lo = (stage >= run.last) | (stage == P - 1)
-            self.b.append(bld.variables(P, b_lo, stage >= P - L + run.last, integer=True))
+            self.b.append(bld.variables(P, b_lo, stage >= P - L + run.last, integer=True, name=f"b[run={r}]"))
             C = run.classes
-            self.s.append(bld.variables((P, C), 0, 1, integer=True))
-            self.l.append(bld.variables((P, C), 0, 1, integer=True))
-            self.t.append(bld.variables((P, C, C), 0, run.length - 1, integer=True))
-            self.y.append(bld.variables((P, C), 0, 1, integer=True))
+            self.s.append(bld.variables((P, C), 0, 1, integer=True, name=f"s[run={r}]"))
+            self.l.append(bld.variables((P, C), 0, 1, integer=True, name=f"l[run={r}]"))
+            self.t.append(bld.variables((P, C, C), 0, run.length - 1, integer=True, name=f"t[run={r}]"))
+            self.y.append(bld.variables((P, C), 0, 1, integer=True, name=f"y[run={r}]"))
         last_stage = P - 1
-        self.EA = [bld.variables((P - 1, run.classes, run.classes), 0, 1) if run.length > 1 else None
-                   for run in runs]
-        self.EB = [bld.variables((P, runs[r].classes, runs[r + 1].classes), 0, 1) for r in range(len(runs) - 1)]
-        self.EC = [bld.variables((last_stage, runs[r].classes, runs[r + 1].classes), 0, 1)
+        self.EA = [bld.variables((P - 1, run.classes, run.classes), 0, 1, name=f"EA[run={r}]") if run.length > 1
+                   else None for r, run in enumerate(runs)]
+        self.EB = [bld.variables((P, runs[r].classes, runs[r + 1].classes), 0, 1, name=f"EB[run={r}]")
+                   for r in range(len(runs) - 1)]
+        self.EC = [bld.variables((last_stage, runs[r].classes, runs[r + 1].classes), 0, 1, name=f"EC[run={r}]")
                    for r in range(len(runs) - 1)]
         slowest = max(float(np.min(reduced.A[run.first, run.keep], initial=0.0)) for run in runs)
         # the bottleneck (≥ the slowest layer); interleaved: the steady state's slot, which excess can undercut
-        self.B = bld.variables(1, slowest / self.scale if program.virtual_stages == 1 else 0.0)[0]
-        self.H = bld.variables(1)[0]
+        self.B = bld.variables(1, slowest / self.scale if program.virtual_stages == 1 else 0.0, name="B")[0]
+        self.H = bld.variables(1, name="H")[0]
         if program.virtual_stages > 1:
-            self.slot = bld.variables(program.pipeline_degree)  # b_d: group d's slot (solve.program)
-            self.excess = bld.variables(P)  # each chunk's time beyond its group's slot
-            self.send = bld.variables(1)[0]  # the largest send
+            self.slot = bld.variables(program.pipeline_degree, name="slot")  # b_d: group d's slot (solve.program)
+            self.excess = bld.variables(P, name="excess")  # each chunk's time beyond its group's slot
+            self.send = bld.variables(1, name="send")[0]  # the largest send
         self._rows(bld, program, reduced)
         self.model: LinearModel = bld.model()
 
@@ -133,34 +140,30 @@ class Formulation:
                     o.append(term(self.EC[r][i], red.between(r, red.Rp) / tau))
         return plus(*p), plus(*o), plus(*g)
 
-    # ---- rows --------------------------------------------------------------------------------------------------
+    # ---- rows, one method per kind (each row named by its kind and indices: linear.named) ----------------------
     def _rows(self, bld: Builder, program: StageProgram, red: Reduced) -> None:
+        """Every row, in a fixed order (the order is part of the numerics: HiGHS's path depends on it)."""
         P, runs = program.stages, red.runs
         last = len(runs) - 1
         for r, run in enumerate(runs):
-            n = self.n[r]
-            m = self.m[r]
-            bld.row(term(m), run.length, run.length)
+            self.add_run_placed_constraint(bld, r)
             for i in range(P):
-                z = self._z(r, i)
-                bld.row(plus(term(n[i]), term(m[i], -1.0)), 0, 0)
-                if run.length == 1:
-                    bld.row(plus(term(m[i]), minus(z)), 0, 0)
-                else:
-                    bld.row(plus(term(m[i]), minus(z)), 0)
-                    bld.row(plus(term(m[i]), term(z[0], -self.fits[r][i].max(initial=0) * z[1])), hi=0)
-                if i + 1 < P:
-                    bld.row(plus(term(self.a[r][i]), term(self.a[r][i + 1], -1.0)), hi=0)
-                    if run.length > 1:
-                        bld.row(plus(term(self.b[r][i]), term(self.b[r][i + 1], -1.0)), hi=0)
+                self.add_stage_count_constraint(bld, r, i)
+                self.add_nonempty_constraint(bld, r, i)
                 if run.length > 1:
-                    bld.row(plus(term(self.b[r][i]), term(self.a[r][i], -1.0)), hi=0)
+                    self.add_segment_size_constraint(bld, r, i)
+                if i + 1 < P:
+                    self.add_started_step_constraint(bld, r, i)
+                    if run.length > 1:
+                        self.add_finished_step_constraint(bld, r, i)
+                if run.length > 1:
+                    self.add_finish_after_start_constraint(bld, r, i)
                 if r < last:
-                    bld.row(plus(term(self.a[r + 1][i]), term(self.b[r][i], -1.0)), hi=0)
+                    self.add_run_order_constraint(bld, r, i)
             if run.length > 1:
                 self._segment_rows(bld, r)
         for i in range(P):
-            bld.row(plus(*(self._z(r, i) for r in range(len(runs)))), 1)
+            self.add_stage_used_constraint(bld, i)
         self._edge_rows(bld, P, runs)
         infl = np.asarray(program.inflight, dtype=float)
         cap = float(program.memory_capacity)
@@ -175,14 +178,71 @@ class Formulation:
             objective += [term(self.B, program.micro_batches * v - 1), term(self.slot),
                           term(self.excess, float(program.micro_batches))]
             self.add_slot_constraint(bld, terms, groups)
-        for chunks in groups:  # one device group: the sums over its chunks
-            bld.row(plus(*(terms[i][2] for i in chunks), term(self.H, -1.0)), hi=0)
+        self.add_sync_constraint(bld, terms, groups)
         if math.isfinite(cap):
             self.add_memory_constraint(bld, groups, infl, cap)
         if v > 1:
             self._group_count_rows(bld, groups)
             self.add_one_strategy_constraint(bld)
         bld.minimise(plus(*objective))
+
+    def _where(self, d: int) -> dict[str, int]:
+        """The index of a device group's row: its stage in a plain pipeline, its group in an interleaved one."""
+        return {"stage": d} if self.program.virtual_stages == 1 else {"group": d}
+
+    def add_run_placed_constraint(self, bld: Builder, r: int) -> None:
+        """Every layer of run r is placed: Σ_i m[r][i] = |r|."""
+        run = self.reduced.runs[r]
+        bld.row(term(self.m[r]), run.length, run.length, name=named("run_placed", run=r))
+
+    def add_stage_count_constraint(self, bld: Builder, r: int, i: int) -> None:
+        """m[r][i] = Σ_k n[r][i,k]: the layers of run r on stage i, over its strategies."""
+        bld.row(plus(term(self.n[r][i]), term(self.m[r][i], -1.0)), 0, 0, name=named("stage_count", run=r, stage=i))
+
+    def add_nonempty_constraint(self, bld: Builder, r: int, i: int) -> None:
+        """A stage where run r's segment is non-empty (z = 1) holds one of its layers: m ≥ z (m = z for a
+        one-layer run, which is then q[u,i] − q[u,i−1], the layer's placement)."""
+        z = self._z(r, i)
+        expr = plus(term(self.m[r][i]), minus(z))
+        if self.reduced.runs[r].length == 1:
+            bld.row(expr, 0, 0, name=named("nonempty", run=r, stage=i))
+        else:
+            bld.row(expr, 0, name=named("nonempty", run=r, stage=i))
+
+    def add_segment_size_constraint(self, bld: Builder, r: int, i: int) -> None:
+        """Only a non-empty segment holds layers: m ≤ fits·z (the big-M is what stage i can hold, `_fits`)."""
+        z = self._z(r, i)
+        bld.row(plus(term(self.m[r][i]), term(z[0], -self.fits[r][i].max(initial=0) * z[1])), hi=0,
+                name=named("segment_size", run=r, stage=i))
+
+    def add_started_step_constraint(self, bld: Builder, r: int, i: int) -> None:
+        """a is a step: once run r has started by stage i it has by stage i + 1 (a[r][i] ≤ a[r][i+1])."""
+        bld.row(plus(term(self.a[r][i]), term(self.a[r][i + 1], -1.0)), hi=0,
+                name=named("started_step", run=r, stage=i))
+
+    def add_finished_step_constraint(self, bld: Builder, r: int, i: int) -> None:
+        """b is a step: b[r][i] ≤ b[r][i+1]."""
+        bld.row(plus(term(self.b[r][i]), term(self.b[r][i + 1], -1.0)), hi=0,
+                name=named("finished_step", run=r, stage=i))
+
+    def add_finish_after_start_constraint(self, bld: Builder, r: int, i: int) -> None:
+        """A run finishes no earlier than it starts: b[r][i] ≤ a[r][i]."""
+        bld.row(plus(term(self.b[r][i]), term(self.a[r][i], -1.0)), hi=0,
+                name=named("finish_after_start", run=r, stage=i))
+
+    def add_run_order_constraint(self, bld: Builder, r: int, i: int) -> None:
+        """Runs follow in chain order: run r + 1 starts by stage i only if run r has finished by it
+        (a[r+1][i] ≤ b[r][i]), so every stage holds a contiguous piece of the chain."""
+        bld.row(plus(term(self.a[r + 1][i]), term(self.b[r][i], -1.0)), hi=0, name=named("run_order", run=r, stage=i))
+
+    def add_stage_used_constraint(self, bld: Builder, i: int) -> None:
+        """Every stage holds a layer: Σ_r z[r][i] ≥ 1."""
+        bld.row(plus(*(self._z(r, i) for r in range(len(self.reduced.runs)))), 1, name=named("stage_used", stage=i))
+
+    def add_sync_constraint(self, bld: Builder, terms, groups) -> None:
+        """H ≥ g over each device group: the gradient synchronisation, summed over the group's chunks."""
+        for d, chunks in enumerate(groups):
+            bld.row(plus(*(terms[i][2] for i in chunks), term(self.H, -1.0)), hi=0, name=named("sync", **self._where(d)))
 
     def add_memory_constraint(self, bld: Builder, groups, infl: np.ndarray, cap: float) -> None:
         """Each device group's bytes fit: per chunk i its layers' static bytes and `inflight[i]` micro-batches of
@@ -193,102 +253,151 @@ class Formulation:
             # per chunk i = k·P + d: micro-batches held, by pattern
             patterns = [infl] if program.held is None else \
                 [np.repeat(h, P) for h in np.asarray(program.held, dtype=float)[d] if h.any()]
-            for held in patterns:
+            for q, held in enumerate(patterns):
                 mem = [term(self.n[r][i], (red.Ms[run.first, run.keep] + held[i] * red.Ma[run.first, run.keep])
                             / cap) for i in chunks for r, run in enumerate(runs)]
-                bld.row(plus(*mem), hi=1.0)
+                where = self._where(d) if program.held is None else {"group": d, "pattern": q}
+                bld.row(plus(*mem), hi=1.0, name=named("memory", **where))
 
     def add_bottleneck_constraint(self, bld: Builder, terms) -> None:
-        """Plain pipelines: B ≥ p_i + (o_{i−1} + o_i)/2 and B ≥ o_i for every stage i (solve.program)."""
+        """Plain pipelines: B ≥ p_i + (o_{i−1} + o_i)/2 ("bottleneck") and B ≥ o_i ("send_bottleneck") for every
+        stage i (solve.program)."""
         for i, (p, o, _) in enumerate(terms):
             around = [scaled(terms[i - 1][1], 0.5)] if i > 0 else []
             if len(o[0]):
                 around.append(scaled(o, 0.5))
-                bld.row(plus(o, term(self.B, -1.0)), hi=0)
-            bld.row(plus(p, *around, term(self.B, -1.0)), hi=0)
+                bld.row(plus(o, term(self.B, -1.0)), hi=0, name=named("send_bottleneck", stage=i))
+            bld.row(plus(p, *around, term(self.B, -1.0)), hi=0, name=named("bottleneck", stage=i))
 
     def add_slot_constraint(self, bld: Builder, terms, groups) -> None:
-        """Interleaved: each chunk's excess ≥ its time − its group's slot b_d, b_d ≥ 1.5 × the largest send,
-        B ≥ every b_d (solve.program)."""
+        """Interleaved: each chunk's excess ≥ its time − its group's slot b_d ("excess"), b_d ≥ 1.5 × the largest
+        send ("slot_send"), B ≥ every b_d ("slot_bottleneck"), the largest send ≥ every o_i ("send")
+        (solve.program)."""
         for d, chunks in enumerate(groups):
             for i in chunks:
-                bld.row(plus(terms[i][0], term(self.slot[d], -1.0), term(self.excess[i], -1.0)), hi=0)
-            bld.row(plus(term(self.send, SEND_HIDING), term(self.slot[d], -1.0)), hi=0)
-            bld.row(plus(term(self.slot[d]), term(self.B, -1.0)), hi=0)
-        for _, o, _ in terms:
+                bld.row(plus(terms[i][0], term(self.slot[d], -1.0), term(self.excess[i], -1.0)), hi=0,
+                        name=named("excess", stage=i))
+            bld.row(plus(term(self.send, SEND_HIDING), term(self.slot[d], -1.0)), hi=0, name=named("slot_send", group=d))
+            bld.row(plus(term(self.slot[d]), term(self.B, -1.0)), hi=0, name=named("slot_bottleneck", group=d))
+        for i, (_, o, _) in enumerate(terms):
             if len(o[0]):
-                bld.row(plus(o, term(self.send, -1.0)), hi=0)
+                bld.row(plus(o, term(self.send, -1.0)), hi=0, name=named("send", stage=i))
 
     def add_one_strategy_constraint(self, bld: Builder) -> None:
         """Interleaved: each device group runs a stretch of identical layers under one strategy, in all of its
-        chunks (solve.reduce): one binary per strategy and group, the group's counts ≤ the run's length · chosen."""
+        chunks (solve.reduce): one binary per strategy and group ("strategy_chosen": they sum to 1), the group's
+        counts ≤ the run's length · chosen ("one_strategy")."""
         P = self.program.pipeline_degree
-        for _, covering in self.reduced.shared():
+        for q, (_, covering) in enumerate(self.reduced.shared()):
             keys = sorted({int(k) for r in covering for k in self.reduced.runs[r].keep})
             for d in range(P):
-                chosen = bld.variables(len(keys), 0, 1, integer=True)
-                bld.row(term(chosen), 1, 1)
+                chosen = bld.variables(len(keys), 0, 1, integer=True, name=f"chosen[stretch={q},group={d}]")
+                bld.row(term(chosen), 1, 1, name=named("strategy_chosen", stretch=q, group=d))
                 for r in covering:
                     run = self.reduced.runs[r]
                     for j, k in enumerate(run.keep):
                         bld.row(plus(term(self.n[r][d::P, j]), term(chosen[keys.index(int(k))], -float(run.length))),
-                                hi=0)
+                                hi=0, name=named("one_strategy", run=r, group=d, strategy=int(k)))
 
     def _group_count_rows(self, bld: Builder, groups) -> None:
         """Interleaved programs: how many layers of run r device group d holds, Σ of m over its chunks, as an integer
-        variable of its own. A group's time and memory depend on these totals, not on how they are split into its
-        chunks, so branching on them settles the bottleneck before the (nearly symmetric) splits: with them HiGHS
-        proved llama2-70b on 64 GPUs (P = 4, c = 64, v = 5) beaten in 2 s instead of 16 s."""
+        variable of its own ("group_count"). A group's time and memory depend on these totals, not on how they are
+        split into its chunks, so branching on them settles the bottleneck before the (nearly symmetric) splits:
+        with them HiGHS proved llama2-70b on 64 GPUs (P = 4, c = 64, v = 5) beaten in 2 s instead of 16 s."""
         for r, run in enumerate(self.reduced.runs):
             if run.length == 1:
                 continue
-            for chunks in groups:
-                held = bld.variables(1, 0, run.length, integer=True)
-                bld.row(plus(term(held), *(term(self.m[r][i], -1.0) for i in chunks)), 0, 0)
+            for d, chunks in enumerate(groups):
+                held = bld.variables(1, 0, run.length, integer=True, name=f"held[run={r},group={d}]")
+                bld.row(plus(term(held), *(term(self.m[r][i], -1.0) for i in chunks)), 0, 0,
+                        name=named("group_count", run=r, group=d))
 
-    def group_rows(self, counts: list[np.ndarray]) -> list[tuple[Expr, float, float]]:
+    def group_rows(self, counts: list[np.ndarray]) -> list[Row]:
         """Rows holding an interleaved program to given device-group contents: counts[r][d, j] layers of run r
         under its kept strategy j on group d, summed over the group's chunks (solve.group_relaxation). What
         is left to choose is where the chunks are cut and the order inside them."""
         P = self.program.pipeline_degree
-        return [(term(self.n[r][d::P, j]), float(held[d, j]), float(held[d, j]))
+        return [(term(self.n[r][d::P, j]), float(held[d, j]), float(held[d, j]),
+                 named("group_contents", run=r, group=d, strategy=int(self.reduced.runs[r].keep[j])))
                 for r, held in enumerate(counts) for d in range(P) for j in range(held.shape[1])]
 
     def _segment_rows(self, bld: Builder, r: int) -> None:
-        """Flow conservation of classes inside run r's segment on each stage, and 'class used' indicators."""
+        """The rows of run r's segments (runs of ≥ 2 layers), stage by stage in this order: first and last class,
+        flow conservation of classes, 'class used' indicators; then the single-class connectivity cuts."""
         run = self.reduced.runs[r]
-        s, l, t, y = self.s[r], self.l[r], self.t[r], self.y[r]
         for i in range(self.program.stages):
-            z = self._z(r, i)
-            bld.row(plus(term(s[i]), minus(z)), 0, 0)
-            bld.row(plus(term(l[i]), minus(z)), 0, 0)
+            self.add_segment_ends_constraint(bld, r, i)
             for c in range(run.classes):
-                count = self._count(r, i, c)
-                bld.row(plus(count, term(s[i, c], -1.0), term(t[i, :, c], -1.0)), 0, 0)
-                bld.row(plus(count, term(l[i, c], -1.0), term(t[i, c, :], -1.0)), 0, 0)
-                bld.row(plus(count, term(y[i, c], -float(self.fits[r][i, run.cls == c].max()))), hi=0)
-        for expr, lo, hi in self.cuts([(r, frozenset([c])) for c in range(run.classes)]):
-            bld.row(expr, lo, hi)
+                self.add_flow_constraint(bld, r, i, c)
+                self.add_class_used_constraint(bld, r, i, c)
+        bld.rows(self.cuts([(r, frozenset([c])) for c in range(run.classes)]))
+
+    def add_segment_ends_constraint(self, bld: Builder, r: int, i: int) -> None:
+        """A non-empty segment has one first and one last layer: Σ_c s[c] = z ("segment_first"), Σ_c l[c] = z
+        ("segment_last")."""
+        z = self._z(r, i)
+        bld.row(plus(term(self.s[r][i]), minus(z)), 0, 0, name=named("segment_first", run=r, stage=i))
+        bld.row(plus(term(self.l[r][i]), minus(z)), 0, 0, name=named("segment_last", run=r, stage=i))
+
+    def add_flow_constraint(self, bld: Builder, r: int, i: int, c: int) -> None:
+        """Flow conservation of layout class c in run r's segment on stage i: N[c] = s[c] + Σ t[·,c] ("flow_in"),
+        N[c] = l[c] + Σ t[c,·] ("flow_out")."""
+        s, l, t = self.s[r], self.l[r], self.t[r]
+        count = self._count(r, i, c)
+        bld.row(plus(count, term(s[i, c], -1.0), term(t[i, :, c], -1.0)), 0, 0, name=named("flow_in", run=r, stage=i,
+                                                                                          cls=c))
+        bld.row(plus(count, term(l[i, c], -1.0), term(t[i, c, :], -1.0)), 0, 0, name=named("flow_out", run=r, stage=i,
+                                                                                           cls=c))
+
+    def add_class_used_constraint(self, bld: Builder, r: int, i: int, c: int) -> None:
+        """y[c] marks a used class: N[c] ≤ fits·y[c]."""
+        run = self.reduced.runs[r]
+        bld.row(plus(self._count(r, i, c), term(self.y[r][i, c], -float(self.fits[r][i, run.cls == c].max()))), hi=0,
+                name=named("class_used", run=r, stage=i, cls=c))
 
     def _edge_rows(self, bld: Builder, P: int, runs) -> None:
-        """Kind totals (linear in the steps) and marginals of the edges between consecutive segments."""
+        """Kind totals (linear in the steps) and marginals of the edges between consecutive segments, run by run and
+        stage by stage in this order."""
         last = len(runs) - 1
-        a, b = self.a, self.b
         for r in range(len(runs)):
             for i in range(P):
-                prev_b = [term(b[r][i - 1], -1.0)] if i > 0 else []
                 if self.EA[r] is not None and i + 1 < P:
-                    bld.row(plus(term(self.EA[r][i]), term(a[r][i], -1.0), term(b[r][i])), 0, 0)
+                    self.add_edges_ea_constraint(bld, r, i)
                 if r < last:
-                    bld.row(plus(term(self.EB[r][i]), term(a[r + 1][i], -1.0), *(minus(e) for e in prev_b)), 0, 0)
+                    self.add_edges_eb_constraint(bld, r, i)
                     if i + 1 < P:
-                        bld.row(plus(term(self.EC[r][i]), term(b[r][i], -1.0), term(a[r + 1][i])), 0, 0)
+                        self.add_edges_ec_constraint(bld, r, i)
                 for c in range(runs[r].classes):
-                    out = self._out_edges(r, i, c)
                     if not (r == last and i == P - 1):
-                        bld.row(plus(*out, minus(self._last(r, i, c))), 0, 0)
+                        self.add_edges_out_constraint(bld, r, i, c)
                     if not (r == 0 and i == 0):
-                        bld.row(plus(*self._in_edges(r, i, c), minus(self._first(r, i, c))), 0, 0)
+                        self.add_edges_in_constraint(bld, r, i, c)
+
+    def add_edges_ea_constraint(self, bld: Builder, r: int, i: int) -> None:
+        """Σ EA[r][i] = a[r][i] − b[r][i]: run r continues from stage i on stage i + 1 (one edge, Rp inside it)."""
+        bld.row(plus(term(self.EA[r][i]), term(self.a[r][i], -1.0), term(self.b[r][i])), 0, 0,
+                name=named("edges_EA", run=r, stage=i))
+
+    def add_edges_eb_constraint(self, bld: Builder, r: int, i: int) -> None:
+        """Σ EB[r][i] = a[r+1][i] − b[r][i−1]: run r + 1 follows run r on stage i (R between the runs)."""
+        prev_b = [term(self.b[r][i - 1], -1.0)] if i > 0 else []
+        bld.row(plus(term(self.EB[r][i]), term(self.a[r + 1][i], -1.0), *(minus(e) for e in prev_b)), 0, 0,
+                name=named("edges_EB", run=r, stage=i))
+
+    def add_edges_ec_constraint(self, bld: Builder, r: int, i: int) -> None:
+        """Σ EC[r][i] = b[r][i] − a[r+1][i]: run r ends stage i and run r + 1 starts stage i + 1 (Rp between)."""
+        bld.row(plus(term(self.EC[r][i]), term(self.b[r][i], -1.0), term(self.a[r + 1][i])), 0, 0,
+                name=named("edges_EC", run=r, stage=i))
+
+    def add_edges_out_constraint(self, bld: Builder, r: int, i: int, c: int) -> None:
+        """Alpa's marginal: the edges out of the segment's last layer in class c sum to l[c]."""
+        bld.row(plus(*self._out_edges(r, i, c), minus(self._last(r, i, c))), 0, 0,
+                name=named("edges_out", run=r, stage=i, cls=c))
+
+    def add_edges_in_constraint(self, bld: Builder, r: int, i: int, c: int) -> None:
+        """Alpa's marginal: the edges into the segment's first layer in class c sum to s[c]."""
+        bld.row(plus(*self._in_edges(r, i, c), minus(self._first(r, i, c))), 0, 0,
+                name=named("edges_in", run=r, stage=i, cls=c))
 
     def _out_edges(self, r: int, i: int, c: int) -> list[Expr]:
         P, out = self.program.stages, []
@@ -311,9 +420,10 @@ class Formulation:
         return into
 
     # ---- sub-tour cuts -----------------------------------------------------------------------------------------
-    def cuts(self, subtours: list[tuple[int, frozenset[int]]]) -> list[tuple[Expr, float, float]]:
+    def cuts(self, subtours: list[tuple[int, frozenset[int]]]) -> list[Row]:
         """Connectivity rows forbidding each sub-tour class set S of run r on every stage: if class c0 ∈ S is used,
-        the segment enters S (from outside S, or by starting in S). New rows only; empty if all were added."""
+        the segment enters S (from outside S, or by starting in S). New rows only; empty if all were added.
+        Named "class_entered" for a single class (those are in the model from the start), "subtour_cut" else."""
         rows = []
         for r, S in subtours:
             if (r, S) in self._added:
@@ -324,7 +434,9 @@ class Formulation:
             t, s, y = self.t[r], self.s[r], self.y[r]
             for i in range(self.program.stages):
                 enter = plus(term(t[i][np.ix_(~inside, inside)]), term(s[i, inside]))
-                rows += [(plus(enter, term(y[i, c0], -1.0)), 0.0, math.inf) for c0 in sorted(S)]
+                kind = "class_entered" if len(S) == 1 else "subtour_cut"
+                rows += [(plus(enter, term(y[i, c0], -1.0)), 0.0, math.inf, named(kind, run=r, stage=i, cls=c0))
+                         for c0 in sorted(S)]
         return rows
 
     # ---- plans <-> points --------------------------------------------------------------------------------------
@@ -378,7 +490,6 @@ class Formulation:
         x[self.excess] = excess[0] / self.scale
         x[self.send] = times.o.max(initial=0.0) / self.scale
         x[self.B] = max(B[0] / self.scale, self.model.lb[self.B])
-        return x
         return x
 
     def decode(self, x: np.ndarray) -> Decoded:

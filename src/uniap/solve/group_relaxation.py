@@ -32,7 +32,7 @@ import math
 
 import numpy as np
 
-from uniap.solve.linear import Builder, Expr, minus, plus, scaled, term
+from uniap.solve.linear import Builder, Expr, minus, named, plus, scaled, term
 from uniap.solve.program import SEND_HIDING, StageProgram, evaluate, least_sends
 from uniap.solve.reduce import Reduced, undominated
 
@@ -50,14 +50,15 @@ class GroupRelaxation:
         # Without edges a strategy is seen only through A, G, Ms, Ma: one that another beats in all four (of any
         # layout class) is never needed, which leaves a few of a run's strategies (e.g. 10 of 36).
         self.most = [self._most(r) * (edges or _any_class_undominated(reduced, run)) for r, run in enumerate(runs)]
-        self.N = [bld.variables((P, len(run.keep)), 0, most, integer=True) for run, most in zip(runs, self.most)]
-        self.B = bld.variables(1)[0]
-        self.H = bld.variables(1)[0]
+        self.N = [bld.variables((P, len(run.keep)), 0, most, integer=True, name=f"N[run={r}]")
+                  for r, (run, most) in enumerate(zip(runs, self.most))]
+        self.B = bld.variables(1, name="B")[0]
+        self.H = bld.variables(1, name="H")[0]
         for r, run in enumerate(runs):
             self.add_placement_constraint(bld, r, run.length)
         self.add_one_strategy_constraint(bld)
-        self.slot = bld.variables(P)  # b_d (solve.program)
-        self.excess = bld.variables(P)  # Σ over group d's chunks of their time beyond b_d
+        self.slot = bld.variables(P, name="slot")  # b_d (solve.program)
+        self.excess = bld.variables(P, name="excess")  # Σ over group d's chunks of their time beyond b_d
         least = least_sends(program, np.asarray(program.allowed)) / scale
         objective = [term(self.B, program.micro_batches * v - 1), term(self.H), term(self.slot),
                      term(self.excess, float(program.micro_batches))]
@@ -66,7 +67,7 @@ class GroupRelaxation:
             self.add_chain_ends_constraint(bld)
             self.add_run_edge_constraint(bld)
         else:
-            constant = bld.variables(1, 1, 1)
+            constant = bld.variables(1, 1, 1, name="one")
             objective.append(term(constant, least))
             self.add_group_size_constraint(bld)
         sends = []
@@ -76,14 +77,14 @@ class GroupRelaxation:
             sends.append(o)
             self.add_slot_constraint(bld, d, a, o)
             if len(g[0]):
-                bld.row(plus(g, term(self.H, -1.0)), hi=0)
+                bld.row(plus(g, term(self.H, -1.0)), hi=0, name=named("sync", group=d))
             self.add_memory_constraint(bld, d)
             if edges:
                 self.add_degree_constraint(bld, d)
                 self.add_class_entered_constraint(bld, d)
                 self.add_boundary_count_constraint(bld, d)
         if edges:  # Σ o is also at least the P·v − 1 cheapest edges of the chain (distinct edges, whatever ends)
-            bld.row(plus(*sends), least)
+            bld.row(plus(*sends), least, name=named("least_sends"))
         bld.minimise(plus(*objective))
         self.model = bld.model()
 
@@ -91,13 +92,17 @@ class GroupRelaxation:
         P, runs = self.program.pipeline_degree, self.reduced.runs
         inner = [(run.classes, run.classes) if run.length > 1 else None for run in runs]
         between = [(runs[r].classes, runs[r + 1].classes) for r in range(len(runs) - 1)]
-        self.W = [[bld.variables(shape, 0) if shape else None for shape in inner] for _ in range(P)]
-        self.X = [[bld.variables(shape, 0) if shape else None for shape in inner] for _ in range(P)]
+        self.W = [[bld.variables(shape, 0, name=f"W[group={d},run={r}]") if shape else None
+                   for r, shape in enumerate(inner)] for d in range(P)]
+        self.X = [[bld.variables(shape, 0, name=f"X[group={d},run={r}]") if shape else None
+                   for r, shape in enumerate(inner)] for d in range(P)]
         ends = {0, len(runs) - 2}  # edges out of the chain's first layer and into its last: whole (add_slot_constraint)
-        self.Z = [[bld.variables(shape, 0, 1, integer=q in ends) for q, shape in enumerate(between)] for _ in range(P)]
-        self.Y = [[bld.variables(shape, 0, 1) for shape in between] for _ in range(P)]
-        self.start = bld.variables(runs[0].classes, 0, 1)  # class of the chain's first layer
-        self.end = bld.variables(runs[-1].classes, 0, 1)  # and of its last
+        self.Z = [[bld.variables(shape, 0, 1, integer=q in ends, name=f"Z[group={d},run={q}]")
+                   for q, shape in enumerate(between)] for d in range(P)]
+        self.Y = [[bld.variables(shape, 0, 1, name=f"Y[group={d},run={q}]") for q, shape in enumerate(between)]
+                  for d in range(P)]
+        self.start = bld.variables(runs[0].classes, 0, 1, name="start")  # class of the chain's first layer
+        self.end = bld.variables(runs[-1].classes, 0, 1, name="end")  # and of its last
 
     def _most(self, r: int) -> np.ndarray:
         """(P, K_r) most layers of run r group d can hold under each strategy: the run, or what memory allows."""
@@ -133,38 +138,40 @@ class GroupRelaxation:
     def add_placement_constraint(self, bld: Builder, r: int, length: int) -> None:
         """Every layer of run r sits on some group; each group's total of the run is an integer variable of its
         own, so the solver branches on how many layers a group holds before which strategies they take."""
-        total = bld.variables(self.program.pipeline_degree, 0, length, integer=True)
+        total = bld.variables(self.program.pipeline_degree, 0, length, integer=True, name=f"total[run={r}]")
         for d in range(self.program.pipeline_degree):
-            bld.row(plus(term(total[d]), term(self.N[r][d], -1.0)), 0, 0)
-        bld.row(term(total), length, length)
+            bld.row(plus(term(total[d]), term(self.N[r][d], -1.0)), 0, 0, name=named("group_count", run=r, group=d))
+        bld.row(term(total), length, length, name=named("run_placed", run=r))
 
     def add_one_strategy_constraint(self, bld: Builder) -> None:
         """Each group runs a stretch of identical layers under one strategy (solve.reduce): one binary per
         strategy, N ≤ most·chosen."""
-        for _, covering in self.reduced.shared():
+        for q, (_, covering) in enumerate(self.reduced.shared()):
             for d in range(self.program.pipeline_degree):
                 keys = sorted({int(run.keep[j]) for run, most in ((self.reduced.runs[r], self.most[r][d]) for r in covering)
                                for j in np.flatnonzero(most > 0)})
                 if not keys:
                     continue
-                chosen = bld.variables(len(keys), 0, 1, integer=True)
-                bld.row(term(chosen), 1, 1)
+                chosen = bld.variables(len(keys), 0, 1, integer=True, name=f"chosen[stretch={q},group={d}]")
+                bld.row(term(chosen), 1, 1, name=named("strategy_chosen", stretch=q, group=d))
                 for r in covering:
                     most = self.most[r][d]
                     for j in np.flatnonzero(most > 0):
                         k = keys.index(int(self.reduced.runs[r].keep[j]))
-                        bld.row(plus(term(self.N[r][d, j]), term(chosen[k], -float(most[j]))), hi=0)
+                        bld.row(plus(term(self.N[r][d, j]), term(chosen[k], -float(most[j]))), hi=0,
+                                name=named("one_strategy", run=r, group=d, strategy=int(self.reduced.runs[r].keep[j])))
 
     def add_chain_ends_constraint(self, bld: Builder) -> None:
         """The chain starts on group 0 (chunk 0) and ends on group P − 1 (chunk P·v − 1), one layer each."""
-        bld.row(term(self.start), 1, 1)
-        bld.row(term(self.end), 1, 1)
+        bld.row(term(self.start), 1, 1, name=named("chain_start"))
+        bld.row(term(self.end), 1, 1, name=named("chain_end"))
 
     def add_run_edge_constraint(self, bld: Builder) -> None:
         """The chain has exactly one edge from run r to run r + 1: inside one group's chunk or a boundary."""
         P = self.program.pipeline_degree
         for r in range(len(self.reduced.runs) - 1):
-            bld.row(plus(*(term(self.Z[d][r]) for d in range(P)), *(term(self.Y[d][r]) for d in range(P))), 1, 1)
+            bld.row(plus(*(term(self.Z[d][r]) for d in range(P)), *(term(self.Y[d][r]) for d in range(P))), 1, 1,
+                    name=named("run_edge", run=r))
 
     def add_degree_constraint(self, bld: Builder, d: int) -> None:
         """Each layer of group d, counted by layout class, has one edge out (inside its chunk or a boundary to
@@ -179,14 +186,14 @@ class GroupRelaxation:
                     out += [term(self.Z[d][r][c, :]), term(self.Y[d][r][c, :])]
                 if r == last and d == P - 1:
                     out.append(term(self.end[c]))
-                bld.row(plus(count, *(minus(t) for t in out)), 0, 0)
+                bld.row(plus(count, *(minus(t) for t in out)), 0, 0, name=named("degree_out", run=r, group=d, cls=c))
                 into = [term(self.W[d][r][:, c])] if self.W[d][r] is not None else []
                 into += [term(self.X[previous][r][:, c])] if self.X[previous][r] is not None else []
                 if r > 0:
                     into += [term(self.Z[d][r - 1][:, c]), term(self.Y[previous][r - 1][:, c])]
                 if r == 0 and d == 0:
                     into.append(term(self.start[c]))
-                bld.row(plus(count, *(minus(t) for t in into)), 0, 0)
+                bld.row(plus(count, *(minus(t) for t in into)), 0, 0, name=named("degree_in", run=r, group=d, cls=c))
 
     def add_class_entered_constraint(self, bld: Builder, d: int) -> None:
         """A layout class group d uses in a run is entered from another class or across a boundary: its layers
@@ -195,26 +202,28 @@ class GroupRelaxation:
             if self.W[d][r] is None:
                 continue
             most = self._most(r)[d]
-            used = bld.variables(run.classes, 0, 1, integer=True)
+            used = bld.variables(run.classes, 0, 1, integer=True, name=f"used[run={r},group={d}]")
             for c, count in enumerate(self._classes(r, d)):
-                bld.row(plus(count, term(used[c], -float(most[run.cls == c].max(initial=0)))), hi=0)
-                bld.row(plus(count, term(self.W[d][r][c, c], -1.0), term(used[c], -1.0)), 0)
+                bld.row(plus(count, term(used[c], -float(most[run.cls == c].max(initial=0)))), hi=0,
+                        name=named("class_used", run=r, group=d, cls=c))
+                bld.row(plus(count, term(self.W[d][r][c, c], -1.0), term(used[c], -1.0)), 0,
+                        name=named("class_entered", run=r, group=d, cls=c))
 
     def add_boundary_count_constraint(self, bld: Builder, d: int) -> None:
         """Group d's chunks each end in a send to group d + 1, but the chain's last chunk (on group P − 1)."""
         P, v = self.program.pipeline_degree, self.program.virtual_stages
         sends = v - 1 if d == P - 1 else v
         parts = [term(m) for m in self.X[d] if m is not None] + [term(m) for m in self.Y[d]]
-        bld.row(plus(*parts), sends, sends)
+        bld.row(plus(*parts), sends, sends, name=named("boundary_count", group=d))
 
     def add_group_size_constraint(self, bld: Builder) -> None:
         """Without edges: group 0 holds the first layer, group P − 1 the last, and each of a group's v chunks a
         layer."""
         P, v = self.program.pipeline_degree, self.program.virtual_stages
-        bld.row(term(self.N[0][0]), 1)
-        bld.row(term(self.N[-1][P - 1]), 1)
+        bld.row(term(self.N[0][0]), 1, name=named("first_layer"))
+        bld.row(term(self.N[-1][P - 1]), 1, name=named("last_layer"))
         for d in range(P):
-            bld.row(plus(*(term(n[d]) for n in self.N)), v)
+            bld.row(plus(*(term(n[d]) for n in self.N)), v, name=named("group_size", group=d))
 
     def add_slot_constraint(self, bld: Builder, d: int, a: Expr, o: Expr) -> None:
         """Group d's slot b_d ≤ B, at least 1.5 × the mean of its sends, and its chunks' excess over it
@@ -227,26 +236,30 @@ class GroupRelaxation:
         v, red, tau = self.program.virtual_stages, self.reduced, self.scale
         t = self.slot[d]
         largest = plus(term(t, -1.0), term(self.excess[d], -1.0))  # − (b_d + e_d) ≥ − the largest chunk
-        bld.row(plus(a, term(t, -float(v)), term(self.excess[d], -1.0)), hi=0)  # e_d ≥ a_d − v·b_d
+        bld.row(plus(a, term(t, -float(v)), term(self.excess[d], -1.0)), hi=0,
+                name=named("excess", group=d))  # e_d ≥ a_d − v·b_d
         if len(o[0]):
-            bld.row(plus(scaled(o, SEND_HIDING / v), term(t, -1.0)), hi=0)
-        bld.row(plus(term(t), term(self.B, -1.0)), hi=0)
+            bld.row(plus(scaled(o, SEND_HIDING / v), term(t, -1.0)), hi=0, name=named("slot_send", group=d))
+        bld.row(plus(term(t), term(self.B, -1.0)), hi=0, name=named("slot_bottleneck", group=d))
         fills = []  # per run: (κ, the run's counts on d, A over its strategies) to bound what a chunk must hold
         for r, run in enumerate(red.runs):
             most = self.most[r][d]
             if run.length == 1 or not most.any():
                 continue
-            kappa = bld.variables(1, 0, float(most.max()), integer=True)[0]
-            bld.row(plus(term(kappa, float(v)), term(self.N[r][d], -1.0)), 0)  # v·κ ≥ N
-            bld.row(plus(term(kappa), term(self.N[r][d], -1.0)), hi=0)  # κ ≤ N
-            fills.append((kappa, self.N[r][d], red.A[run.first, run.keep] / tau, most > 0))
-        for kappa, counts, A, usable in fills:
-            for lam in np.unique(A[usable]):  # the largest chunk: κ layers, at least its κ fastest
-                bld.row(plus(term(kappa, lam), term(counts, -np.maximum(lam - A, 0.0)), largest), hi=0)
+            kappa = bld.variables(1, 0, float(most.max()), integer=True, name=f"kappa[run={r},group={d}]")[0]
+            bld.row(plus(term(kappa, float(v)), term(self.N[r][d], -1.0)), 0,
+                    name=named("chunk_layers_most", run=r, group=d))  # v·κ ≥ N
+            bld.row(plus(term(kappa), term(self.N[r][d], -1.0)), hi=0,
+                    name=named("chunk_layers_least", run=r, group=d))  # κ ≤ N
+            fills.append((kappa, self.N[r][d], red.A[run.first, run.keep] / tau, most > 0, r))
+        for kappa, counts, A, usable, r in fills:
+            for j, lam in enumerate(np.unique(A[usable])):  # the largest chunk: κ layers, at least its κ fastest
+                bld.row(plus(term(kappa, lam), term(counts, -np.maximum(lam - A, 0.0)), largest), hi=0,
+                        name=named("largest_chunk", run=r, group=d, price=j))
         for r, run in enumerate(red.runs):
             if run.length > 1 or not self.most[r][d].any() or len(fills) != 1:
                 continue
-            kappa, counts, A, usable = fills[0]  # the chunk of a single layer (the head) holds N − (v − 1)·κ too
+            kappa, counts, A, usable, _ = fills[0]  # the chunk of a single layer (the head) holds N − (v − 1)·κ too
             alone = plus(term(self.N[r][d], red.A[run.first, run.keep] / tau), *self._edges_inside(d, r))
             if self.edges and r in (0, len(red.runs) - 1) and len(red.runs) > 1:
                 # The chain's first (last) layer shares its chunk with the run only across the edge to it: where
@@ -254,10 +267,10 @@ class GroupRelaxation:
                 edge = self.Z[d][0 if r == 0 else r - 1]
                 big = float(self.most[1 if r == 0 else r - 1][d].max())  # the run's most layers on d
                 bld.row(plus(term(counts), term(kappa, -(v - 1.0)), term(edge, -big), term(self.N[r][d], big)),
-                        hi=big)  # only for the group that holds the layer
-            for lam in np.unique(A[usable]):
+                        hi=big, name=named("end_chunk_layers", run=r, group=d))  # only for the group that holds the layer
+            for j, lam in enumerate(np.unique(A[usable])):
                 bld.row(plus(alone, term(counts, lam - np.maximum(lam - A, 0.0)), term(kappa, -(v - 1) * lam),
-                             largest), hi=0)
+                             largest), hi=0, name=named("end_chunk", run=r, group=d, price=j))
 
     def _edges_inside(self, d: int, r: int) -> list[Expr]:
         """Resharding on the edges into and out of single-layer run r where they fall inside one of group d's
@@ -275,7 +288,7 @@ class GroupRelaxation:
         P, red = self.program.pipeline_degree, self.reduced
         infl = float(np.asarray(self.program.inflight, dtype=float)[d::P].min())
         bld.row(plus(*(term(self.N[r][d], (red.Ms[run.first, run.keep] + infl * red.Ma[run.first, run.keep]) / cap)
-                       for r, run in enumerate(red.runs))), hi=1.0)
+                       for r, run in enumerate(red.runs))), hi=1.0, name=named("memory", group=d))
 
     def contents(self, x: np.ndarray) -> list[np.ndarray]:
         """The group contents of a point: per run, counts (P, K_r) over the run's kept strategies."""

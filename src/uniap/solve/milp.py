@@ -19,11 +19,12 @@ import time
 from dataclasses import dataclass
 
 from uniap.errors import UniapError
-from uniap.solve.backends import HIGHS_SMALL, GurobiBackend, HighsBackend
+from uniap.solve.backends import HIGHS_SMALL, IIS_TIME_S, GurobiBackend, HighsBackend
 from uniap.solve.bounds import partition_bound
-from uniap.solve.formulation import Formulation, scale_of
+from uniap.solve.formulation import BOUNDS, Formulation, scale_of
 from uniap.solve.group_bound import group_bound
 from uniap.solve.group_relaxation import GroupRelaxation, chain_plan
+from uniap.solve.linear import conflict_line
 from uniap.solve.program import Solution, StageProgram, evaluate, lower_bound
 from uniap.solve.reduce import reduce_program
 
@@ -45,13 +46,19 @@ class Outcome:
     phase: str | None = None  # where a deferred solve stopped: "bound" or "relaxation"
 
 
+class InfeasibleError(UniapError):
+    """No plan satisfies a program's rows. The message names the kinds of rows that conflict where HiGHS found an
+    irreducible infeasible subset (`explain_infeasible`), in one line."""
+
+
 def available_solvers() -> list[str]:
     """Back-ends whose Python module is importable here."""
     return [name for name, module in SOLVERS.items() if importlib.util.find_spec(module) is not None]
 
 
 def solve(program: StageProgram, solver: str = "highs", time_limit: float | None = None,
-          cutoff: float | None = None, fold: bool = True, mip_gap: float = 0.0) -> Solution | None:
+          cutoff: float | None = None, fold: bool = True, mip_gap: float = 0.0,
+          explain: bool = False) -> Solution | None:
     """The minimum-TPI plan of `program`, or None.
 
     None when no plan is feasible, when no plan beats `cutoff` (a TPI the caller already has; ties may go either
@@ -59,10 +66,36 @@ def solve(program: StageProgram, solver: str = "highs", time_limit: float | None
     comes back with optimal=False and its relative gap to the proven bound. `mip_gap` > 0 lets the solver stop
     that close to the bound. `fold` (linear back-ends) folds runs of identical layers, merges layout classes and
     drops dominated strategies; fold=False is the plain one-binary-per-layer form. SCIP always solves the
-    unfolded native quadratic form.
+    unfolded native quadratic form. `explain` raises InfeasibleError instead of returning None when no plan is
+    feasible at all, its message naming the kinds of rows that conflict (`explain_infeasible`).
     """
-    return solve_outcome(program, solver=solver, time_limit=time_limit, cutoff=cutoff, fold=fold,
-                         mip_gap=mip_gap).solution
+    outcome = solve_outcome(program, solver=solver, time_limit=time_limit, cutoff=cutoff, fold=fold,
+                            mip_gap=mip_gap)
+    if explain and outcome.status == "infeasible":
+        raise InfeasibleError(explain_infeasible(program, fold=fold) or
+                              "infeasible: no plan satisfies the program (no conflicting rows were identified)")
+    return outcome.solution
+
+
+def explain_infeasible(program: StageProgram, fold: bool = True, time_limit: float | None = IIS_TIME_S) -> str | None:
+    """One line naming the kinds of MILP rows that conflict in an infeasible program, with their indices and
+    counts: "infeasible: memory[stage=0..1] (2 rows) conflict with run_placed[run=0..5] (6 rows) and the bounds
+    of …". It comes from the irreducible infeasible subset HiGHS finds in the program's chunk MILP
+    (formulation.py; the rows are named by meaning there). None where the program has a plan, or where no subset
+    comes back: highspy is missing, its IIS fails, or `time_limit` seconds (for the solve and again for the
+    subset) run out first. The search never calls this: it costs a MILP solve and a sub-MIP per row it drops."""
+    if importlib.util.find_spec("highspy") is None:
+        return None
+    program.validate()
+    reduced = reduce_program(program, fold=fold)
+    empty = [run.first for run in reduced.runs if len(run.keep) == 0]
+    if empty:
+        return f"infeasible: no strategy is allowed for layer {empty[0]} ({len(empty)} layer(s) without one)"
+    backend = HighsBackend(Formulation(program, reduced).model)
+    if backend.solve(time_limit, None, 0.0, None).status != "infeasible":
+        return None
+    found = backend.conflict(time_limit)
+    return None if found is None else "infeasible: " + conflict_line(*found, meaning=BOUNDS)
 
 
 def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: float | None = None,
