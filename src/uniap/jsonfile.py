@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -24,3 +25,9 @@ def read_json_object(path: str | Path, what: str) -> dict:
     if not isinstance(data, dict):
         raise UniapError(f"{what} {path}: expected a JSON object, got {type(data).__name__}")
     return data
+
+
+def digest(data, sort_keys: bool = True) -> str:
+    """The one short stable hash of JSON-able data (16 hex digits of SHA-256 over its JSON text): plan
+    fingerprints, model architectures of profiles and checkpoints, layer signatures, plan digests."""
+    return hashlib.sha256(json.dumps(data, sort_keys=sort_keys, default=list).encode()).hexdigest()[:16]

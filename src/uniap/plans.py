@@ -7,13 +7,12 @@ what the cost model predicts. The fingerprint ties a plan to one model and one w
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from uniap.errors import UniapError
-from uniap.jsonfile import read_json_object
+from uniap.jsonfile import digest, read_json_object
 from uniap.spec.engine import Engine
 from uniap.spec.model import ModelConfig
 from uniap.spec.workload import INTERLEAVED, SCHEDULES
@@ -217,5 +216,4 @@ def fingerprint(config: ModelConfig, seq_len: int, world_size: int) -> str:
     implied = asdict(ModelConfig(name=config.name, **{k: getattr(config, k) for k in FIRST_CONFIG_FIELDS}))
     arch = {k: v for k, v in asdict(config).items()
             if k != "name" and (k in FIRST_CONFIG_FIELDS or v != implied[k])}
-    blob = json.dumps({"arch": arch, "seq_len": seq_len, "world": world_size}, sort_keys=True, default=list)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return digest({"arch": arch, "seq_len": seq_len, "world": world_size})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 
-from uniap.baselines import BASELINES, run_baseline
+from uniap.baselines.registry import BASELINES, run_baseline
 from uniap.errors import UniapError
 from uniap.plans import Plan
 from uniap.solve.program import evaluate

@@ -263,7 +263,7 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
     # touches every plan a little instead of a few plans a lot. One launch per round: the runtime keeps every
     # job's process groups alive until its launch ends, and later jobs of a long launch run a few % slower.
     # The profile's later passes run between the rounds, so that profile and runs sample the same stretch of
-    # a shared machine (its speed drifts by 10-20 % over minutes, DESIGN's measured facts).
+    # a shared machine (its speed drifts by 10-20 % over minutes: README, "Predicted against measured").
     say(f"running {len(paths)} plans × {steps} steps, {rounds} round(s) of one launch each")
     results = []
     run_s = 0.0

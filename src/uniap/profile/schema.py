@@ -22,28 +22,24 @@ Document (JSON):
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import asdict
 from pathlib import Path
 
 from uniap.errors import UniapError
-from uniap.spec.model import ModelConfig
+from uniap.jsonfile import digest
+from uniap.spec.model import ModelConfig, architecture_id
 from uniap.strategies import Strategy
 
 SCHEMA = "uniap.profile/1"
 
 
 def model_fingerprint(config: ModelConfig, seq_len: int) -> str:
-    """Hash of the architecture (name excluded) and the sequence length: what layer figures depend on."""
-    arch = {k: v for k, v in asdict(config).items() if k != "name"}
-    blob = json.dumps({"arch": arch, "seq_len": int(seq_len)}, sort_keys=True, default=list)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    """What a profile's layer figures depend on: `spec.model.architecture_id`."""
+    return architecture_id(config, seq_len)
 
 
 def signature_id(signature: tuple) -> str:
     """Stable short id of a LayerSpec signature (equal signatures: identical layers)."""
-    return hashlib.sha256(json.dumps(signature, default=list).encode()).hexdigest()[:16]
+    return digest(signature, sort_keys=False)
 
 
 def load_profile(path: str | Path) -> dict:

@@ -4,9 +4,7 @@ optionally with a run's measured figures beside the predicted ones and a second 
 from __future__ import annotations
 
 import base64
-import hashlib
 import html
-import json
 import math
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -15,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from uniap.errors import UniapError
+from uniap.jsonfile import digest
 from uniap.plans import Plan
 from uniap.report import figures
 from uniap.report.timeline import Box, makespan, simulate
@@ -258,7 +257,7 @@ def plan_digest(plan: Plan) -> str:
     of one model, where the fingerprint (model and world size) does not."""
     body = plan.to_json()
     decided = {k: body[k] for k in ("pipeline", "stages", "layers", "workload")}
-    return hashlib.sha256(json.dumps(decided, sort_keys=True).encode()).hexdigest()[:16]
+    return digest(decided)
 
 
 def simulated_ratio(fig: Figures, boxes: list[Box]) -> tuple[float, float] | None:

@@ -81,7 +81,7 @@ def torchrun_command(entry: list[str], nodes: Nodes, *args) -> tuple[list[str], 
     """Command and environment that start `python <entry> *args` on this machine's ranks with torchrun.
 
     entry: ["-m", module] or [script path]. The caller's own torchrun variables are dropped, and each rank gets
-    one OpenMP thread unless set (DESIGN: 2 threads per rank with 4 ranks on 2 cores was 4–5× slower).
+    one OpenMP thread unless set (measured on a 2-core machine: 2 threads per rank with 4 ranks ran 4–5× slower).
     """
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nodes.nproc_per_node}",
            "--max-restarts=0", "--monitor-interval=0.5"]

@@ -28,8 +28,6 @@ max|p − ref| / max(max|ref|, 1e-3) (gathered to full tensors), both maxed over
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import signal
 import statistics
@@ -45,6 +43,7 @@ from torch.distributed.tensor import DTensor
 from uniap.errors import UniapError
 from uniap.models.decoder import build_model, configure_aux_losses, lm_loss, take_aux_losses, use_attention_kernel
 from uniap.plans import Plan
+from uniap.spec.model import architecture_id
 from uniap.runtime import checkpoint as ckpt
 from uniap.runtime import data as data_mod
 from uniap.runtime.checks import RunShape, check_plan
@@ -81,9 +80,7 @@ def make_optimizer(params, lr: float, kind: str = "sgd") -> torch.optim.Optimize
 
 
 def arch_id(shape: RunShape) -> str:
-    arch = {k: v for k, v in asdict(shape.config).items() if k != "name"}
-    blob = json.dumps({"arch": arch, "seq_len": shape.seq_len}, sort_keys=True, default=list)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return architecture_id(shape.config, shape.seq_len)
 
 
 def check_resumable(path, shape: RunShape, optimizer: str) -> None:

@@ -191,3 +191,11 @@ class ModelSpec:
     def flops_per_sample(self) -> float:
         """Forward FLOPs of one sample through the whole chain."""
         return sum(layer.flops for layer in self.layers)
+
+
+def architecture_id(config: ModelConfig, seq_len: int) -> str:
+    """Hash of the architecture (name excluded) and the sequence length: what a profile's layer figures and a
+    checkpoint's tensors depend on."""
+    from uniap.jsonfile import digest
+
+    return digest({"arch": {k: v for k, v in asdict(config).items() if k != "name"}, "seq_len": int(seq_len)})
