@@ -41,6 +41,7 @@ from uniap.models.decoder import build_layer, check_supported, lm_loss, use_atte
 from uniap.profile.items import LayerType, merge_measurements, work_items
 from uniap.spec.families import build_layers
 from uniap.runtime.measure import ActivationMeter, static_bytes
+from uniap.runtime.mesh import new_groups
 from uniap.runtime.parallelize import apply_strategy
 from uniap.runtime.train import make_optimizer
 from uniap.spec.cluster import DEVICE_TYPES
@@ -108,12 +109,8 @@ class Harness:
 
     def group(self, n: int) -> dist.ProcessGroup:
         if n not in self._groups:
-            mine = None
-            for start in range(0, self.world, n):
-                g = dist.new_group(list(range(start, start + n)))
-                if start <= self.rank < start + n:
-                    mine = g
-            self._groups[n] = mine
+            self._groups[n] = new_groups([list(range(start, start + n)) for start in range(0, self.world, n)],
+                                         self.rank)
         return self._groups[n]
 
     def _max(self, values: list[float]) -> list[float]:
@@ -250,11 +247,7 @@ class Harness:
 
         d = self.world // stages
         stage, pos = self.rank // d, self.rank % d
-        mine = None
-        for p in range(d):
-            g = dist.new_group([s * d + p for s in range(stages)])
-            if p == pos:
-                mine = g
+        mine = new_groups([[s * d + p for s in range(stages)] for p in range(d)], self.rank)
         samples = self.sizes[len(self.sizes) // 2]
         c = 2 * stages
         h, t = self.config.hidden, self.seq_len
