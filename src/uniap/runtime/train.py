@@ -28,8 +28,6 @@ max|p − ref| / max(max|ref|, 1e-3) (gathered to full tensors), both maxed over
 
 from __future__ import annotations
 
-import os
-import signal
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -53,14 +51,6 @@ from uniap.runtime.job import OPTIMIZERS, TrainingJob
 from uniap.runtime.measure import meters_activations, peak_memory_bytes, reset_peak_memory, static_bytes
 from uniap.runtime.parallel_model import ParallelModel
 from uniap.runtime.precision import LossScaler, precision_of, single_rank_mesh
-
-# Test hooks: rank UNIAP_FAIL_RANK raises at step UNIAP_FAIL_STEP (default 0), or with
-# UNIAP_FAIL_MODE=hang stops answering (sleeps) there, which the collective timeouts must bound, or with
-# UNIAP_FAIL_MODE=kill dies of SIGKILL there (as a machine that loses a process).
-FAIL_RANK_ENV = "UNIAP_FAIL_RANK"
-FAIL_STEP_ENV = "UNIAP_FAIL_STEP"
-FAIL_MODE_ENV = "UNIAP_FAIL_MODE"
-
 
 @dataclass
 class Context:
@@ -100,16 +90,6 @@ def _median(xs: list[float]) -> float | None:
 
 def _after_warmup(xs: list[float]) -> list[float]:
     return xs[1:] if len(xs) > 1 else xs
-
-
-def _maybe_fail(rank: int, step: int) -> None:
-    want = os.environ.get(FAIL_RANK_ENV)
-    if want is not None and want.strip() != "" and int(want) == rank and step == int(os.environ.get(FAIL_STEP_ENV, "0")):
-        if os.environ.get(FAIL_MODE_ENV) == "hang":
-            time.sleep(3600)
-        if os.environ.get(FAIL_MODE_ENV) == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        raise RuntimeError(f"injected failure on rank {rank} at step {step} ({FAIL_RANK_ENV})")
 
 
 def _full_params(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -165,9 +145,11 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a - b).abs().max().item() / scale
 
 
-def train_job(job: TrainingJob, ctx: Context, after_step: Callable[[int], None] | None = None) -> dict | None:
-    """Run `job` on this rank (see the module docstring). after_step(step), if given, runs on every rank after
-    each step, outside its timing (benchmarks/runtime_overhead.py alternates plain torch's steps with ours)."""
+def train_job(job: TrainingJob, ctx: Context, after_step: Callable[[int], None] | None = None,
+              before_step: Callable[[int], None] | None = None) -> dict | None:
+    """Run `job` on this rank (see the module docstring). Hooks, outside the step's timing: before_step(step) on this
+    rank before each step (the worker injects the tests' faults with it, `faults.py`); after_step(step) after each
+    (benchmarks/runtime_overhead.py alternates plain torch's steps with ours)."""
     rank, world, device = ctx.rank, ctx.world, ctx.device
     plan = Plan.load(job.plan)
     shape = check_plan(plan, world, job.impl)
@@ -194,7 +176,8 @@ def train_job(job: TrainingJob, ctx: Context, after_step: Callable[[int], None] 
     for step in range(first_step, steps):
         x, y = data_mod.batch(step, shape.global_batch, shape.seq_len, shape.config.vocab, seed, data)
         x, y = x.to(device), y.to(device)
-        _maybe_fail(rank, step)
+        if before_step is not None:
+            before_step(step)
         metered = job.meter_every_step or step == first_step
         runner.meter.enabled = metered and meters_activations(device)
         dist.barrier()

@@ -16,6 +16,7 @@ import torch.distributed.distributed_c10d as c10d
 
 from uniap.errors import UniapError
 from uniap.runtime.job import TrainingJob
+from uniap.runtime.faults import fault_from_env
 from uniap.runtime.launcher import rank_main
 from uniap.runtime.train import Context, train_job
 
@@ -57,9 +58,10 @@ def init_distributed(timeout_s: float) -> Context:
 
 def run_jobs(jobs: list[TrainingJob], timeout_s: float) -> list[dict | None]:
     ctx = init_distributed(timeout_s)
+    fault = fault_from_env(ctx.rank)  # the failure-handling tests' injected fault, if any
     results = []
     for job in jobs:
-        results.append(train_job(job, ctx))
+        results.append(train_job(job, ctx, before_step=fault))
         dist.barrier()
     return results
 
