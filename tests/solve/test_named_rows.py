@@ -108,6 +108,18 @@ def test_builder_requires_a_name():
     assert model.row_name(0) == "cover[item=0]" and model.kinds() == {"cover": 1} and model.family(1) == "x"
 
 
+def test_only_keeps_the_rows_asked_for():
+    program = random_case(5)
+    model = Formulation(program, reduce_program(program, fold=True)).model
+    same = model.only(np.ones(model.rows, dtype=bool))
+    for field in ("start", "index", "value", "row_lo", "row_hi"):
+        assert np.array_equal(getattr(same, field), getattr(model, field))
+    odd = model.only(np.arange(model.rows) % 2 == 1)
+    assert odd.rows == model.rows // 2 and odd.names == model.names[1::2]
+    x = np.random.default_rng(0).random(model.columns)
+    assert np.allclose(odd.activity(x), model.activity(x)[1::2])
+
+
 def test_conflict_line():
     rows = [named("memory", stage=i) for i in range(4)] + [named("one_strategy", run=1, group=d) for d in (0, 2)] * 6
     assert conflict_line(rows) == "memory[stage=0..3] (4 rows) conflict with one_strategy[run=1,group=0,2] (12 rows)"
@@ -146,6 +158,17 @@ def test_feasible_programs_and_the_fallback(monkeypatch):
     program = random_program(2, layers=6, strategies=3, stages=2, memory=12.0)
     assert solve(program) is None  # without explain, None as before
     monkeypatch.setattr(HighsBackend, "conflict", lambda self, time_limit=None: None)  # no IIS found
+    message = explain_infeasible(program)  # then whole kinds, each dropped in turn
+    assert message.startswith("infeasible: ") and "memory (2 rows)" in message and "whole kinds" in message
+    kinds = [part.split(" (")[0] for part in message.removeprefix("infeasible: ").split(" (whole")[0]
+             .replace(" conflict with ", ", ").split(", ")]
+    form = Formulation(program, reduce_program(program, fold=True))
+    names = np.array([kind for kind, _ in form.model.names])
+    assert HighsBackend(form.model.only(np.isin(names, kinds))).solve(None, None, 0.0, None).status == "infeasible"
+    for kind in kinds:  # none can be left out
+        rest = [k for k in kinds if k != kind]
+        assert HighsBackend(form.model.only(np.isin(names, rest))).solve(None, None, 0.0, None).status == "optimal"
+    monkeypatch.setattr(milp, "_conflicting_kinds", lambda model, time_limit: None)  # that fails too
     assert explain_infeasible(program) is None
     with pytest.raises(InfeasibleError, match="no conflicting rows were identified"):
         solve(program, explain=True)

@@ -242,7 +242,8 @@ class Formulation:
     def add_sync_constraint(self, bld: Builder, terms, groups) -> None:
         """H ≥ g over each device group: the gradient synchronisation, summed over the group's chunks."""
         for d, chunks in enumerate(groups):
-            bld.row(plus(*(terms[i][2] for i in chunks), term(self.H, -1.0)), hi=0, name=named("sync", **self._where(d)))
+            bld.row(plus(*(terms[i][2] for i in chunks), term(self.H, -1.0)), hi=0,
+                    name=named("sync", **self._where(d)))
 
     def add_memory_constraint(self, bld: Builder, groups, infl: np.ndarray, cap: float) -> None:
         """Each device group's bytes fit: per chunk i its layers' static bytes and `inflight[i]` micro-batches of
@@ -277,7 +278,8 @@ class Formulation:
             for i in chunks:
                 bld.row(plus(terms[i][0], term(self.slot[d], -1.0), term(self.excess[i], -1.0)), hi=0,
                         name=named("excess", stage=i))
-            bld.row(plus(term(self.send, SEND_HIDING), term(self.slot[d], -1.0)), hi=0, name=named("slot_send", group=d))
+            bld.row(plus(term(self.send, SEND_HIDING), term(self.slot[d], -1.0)), hi=0,
+                    name=named("slot_send", group=d))
             bld.row(plus(term(self.slot[d]), term(self.B, -1.0)), hi=0, name=named("slot_bottleneck", group=d))
         for i, (_, o, _) in enumerate(terms):
             if len(o[0]):

@@ -259,7 +259,7 @@ class GroupRelaxation:
         for r, run in enumerate(red.runs):
             if run.length > 1 or not self.most[r][d].any() or len(fills) != 1:
                 continue
-            kappa, counts, A, usable, _ = fills[0]  # the chunk of a single layer (the head) holds N − (v − 1)·κ too
+            kappa, counts, A, usable, _ = fills[0]  # the chunk of one layer (the head) holds N − (v − 1)·κ too
             alone = plus(term(self.N[r][d], red.A[run.first, run.keep] / tau), *self._edges_inside(d, r))
             if self.edges and r in (0, len(red.runs) - 1) and len(red.runs) > 1:
                 # The chain's first (last) layer shares its chunk with the run only across the edge to it: where
@@ -267,7 +267,7 @@ class GroupRelaxation:
                 edge = self.Z[d][0 if r == 0 else r - 1]
                 big = float(self.most[1 if r == 0 else r - 1][d].max())  # the run's most layers on d
                 bld.row(plus(term(counts), term(kappa, -(v - 1.0)), term(edge, -big), term(self.N[r][d], big)),
-                        hi=big, name=named("end_chunk_layers", run=r, group=d))  # only for the group that holds the layer
+                        hi=big, name=named("end_chunk_layers", run=r, group=d))  # only the group holding the layer
             for j, lam in enumerate(np.unique(A[usable])):
                 bld.row(plus(alone, term(counts, lam - np.maximum(lam - A, 0.0)), term(kappa, -(v - 1) * lam),
                              largest), hi=0, name=named("end_chunk", run=r, group=d, price=j))

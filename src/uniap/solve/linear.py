@@ -129,6 +129,17 @@ class LinearModel:
         np.add.at(out, np.repeat(np.arange(self.rows), np.diff(self.start)), self.value * x[self.index])
         return out
 
+    def only(self, keep: np.ndarray) -> LinearModel:
+        """The same columns with only the rows where `keep` (a bool mask over the rows) holds."""
+        keep = np.asarray(keep, dtype=bool)
+        lengths = np.diff(self.start)
+        entries = np.repeat(keep, lengths)
+        start = np.concatenate([[0], np.cumsum(lengths[keep])]).astype(np.int64)
+        return LinearModel(cost=self.cost, lb=self.lb, ub=self.ub, integer=self.integer, start=start,
+                           index=self.index[entries], value=self.value[entries], row_lo=self.row_lo[keep],
+                           row_hi=self.row_hi[keep], names=tuple(n for n, k in zip(self.names, keep) if k),
+                           families=self.families)
+
     def row_name(self, i: int) -> str:
         """Row i's name as text ("memory[stage=2]")."""
         return label(self.names[i])

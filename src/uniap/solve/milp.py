@@ -18,6 +18,8 @@ import math
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from uniap.errors import UniapError
 from uniap.solve.backends import HIGHS_SMALL, IIS_TIME_S, GurobiBackend, HighsBackend
 from uniap.solve.bounds import partition_bound
@@ -91,11 +93,40 @@ def explain_infeasible(program: StageProgram, fold: bool = True, time_limit: flo
     empty = [run.first for run in reduced.runs if len(run.keep) == 0]
     if empty:
         return f"infeasible: no strategy is allowed for layer {empty[0]} ({len(empty)} layer(s) without one)"
-    backend = HighsBackend(Formulation(program, reduced).model)
+    model = Formulation(program, reduced).model
+    backend = HighsBackend(model)
     if backend.solve(time_limit, None, 0.0, None).status != "infeasible":
         return None
     found = backend.conflict(time_limit)
-    return None if found is None else "infeasible: " + conflict_line(*found, meaning=BOUNDS)
+    if found is not None:
+        return "infeasible: " + conflict_line(*found, meaning=BOUNDS)
+    kinds = _conflicting_kinds(model, time_limit)
+    if kinds is None:
+        return None
+    counts = model.kinds()
+    parts = [f"{kind} ({counts[kind]} row{'s' if counts[kind] != 1 else ''})" for kind in kinds]
+    line = parts[0] + (" conflict with " + ", ".join(parts[1:]) if len(parts) > 1 else " conflict with the bounds")
+    return f"infeasible: {line} (whole kinds: HiGHS found no irreducible subset)"
+
+
+def _conflicting_kinds(model, time_limit: float | None) -> list[str] | None:
+    """Where HiGHS finds no irreducible infeasible subset: a set of kinds of rows whose rows together (with the
+    column bounds) are infeasible and none of which can be left out, by dropping each kind in turn (a deletion
+    filter over kinds, one MILP per kind). None when a MILP runs past the time left."""
+    deadline = None if time_limit is None else time.perf_counter() + time_limit
+    kinds = np.array([kind for kind, _ in model.names])
+    needed = list(model.kinds())
+    for kind in list(needed):
+        left = _remaining(deadline)
+        if left is not None and left <= 0:
+            return None
+        trial = [k for k in needed if k != kind]
+        result = HighsBackend(model.only(np.isin(kinds, trial))).solve(left, None, 0.0, None)
+        if result.status == "infeasible":
+            needed = trial  # infeasible without this kind: it is not needed
+        elif result.status != "optimal":
+            return None
+    return needed
 
 
 def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: float | None = None,
