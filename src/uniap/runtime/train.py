@@ -213,42 +213,57 @@ def train_job(job: TrainingJob, ctx: Context, after_step: Callable[[int], None] 
     everyone: list = [None] * world
     dist.all_gather_object(everyone, mine)
 
-    check = None
-    if job.check:
-        mixed = precision_of(shape.precision).mixed
-        one_rank = single_rank_mesh(rank, world, device.type) if mixed else None  # collective
-        params = _full_params(built.module)
-        if chain is not None:  # the reference is the transformers model, under its own names
-            params = {chain.hf_name(k): v for k, v in params.items()}
-        gathered: list = [None] * world if rank == 0 else None
-        dist.gather_object(params if topo.position == 0 else None, gathered, dst=0)
-        if rank == 0:
-            full = {}
-            for part in gathered:
-                if part:
-                    full.update(part)
-            ref_losses, ref_params = reference(shape, steps, seed=seed, lr=lr, data=data, device=device,
-                                               optimizer=opt_kind, one_rank=one_rank,
-                                               aux_loss_coef=job.aux_loss_coef, impl=job.impl)
-            ref_losses = ref_losses[first_step:]
-            if set(full) != set(ref_params):
-                raise RuntimeError(f"parameter names differ from the reference: {sorted(set(full) ^ set(ref_params))[:5]}")
-            diffs = {k: _rel(full[k], ref_params[k]) for k in ref_params}
-            worst = max(diffs, key=diffs.get)
-            loss_diff = max((abs(a - b) / abs(b) for a, b in zip(losses, ref_losses)), default=0.0)
-            tol = precision_of(shape.precision).check_tolerance
-            check = {
-                "max_rel_loss_diff": loss_diff,
-                "max_rel_param_diff": diffs[worst],
-                "worst_param": worst,
-                "reference_losses": ref_losses,
-                "tolerance": asdict(tol),
-                "within_tolerance": bool(loss_diff <= tol.loss and diffs[worst] <= tol.params),
-            }
-        dist.barrier()
-
+    check = _check(job, shape, model, chain, ctx, losses, first_step) if job.check else None
     if rank != 0:
         return None
+    return _result(job, shape, runner, ctx, losses, step_times, everyone, first_step, resumed_from, check)
+
+
+def _check(job: TrainingJob, shape: RunShape, model: ParallelModel, chain, ctx: Context, losses: list[float],
+           first_step: int) -> dict | None:
+    """Rank 0's comparison with one-process training (see the module docstring); collective, None elsewhere."""
+    rank, world, device = ctx.rank, ctx.world, ctx.device
+    steps, seed, lr, data, opt_kind = job.steps, job.seed, job.lr, job.data, job.optimizer
+    topo, built = model.topo, model.built
+    result = None  # rank 0's
+    mixed = precision_of(shape.precision).mixed
+    one_rank = single_rank_mesh(rank, world, device.type) if mixed else None  # collective
+    params = _full_params(built.module)
+    if chain is not None:  # the reference is the transformers model, under its own names
+        params = {chain.hf_name(k): v for k, v in params.items()}
+    gathered: list = [None] * world if rank == 0 else None
+    dist.gather_object(params if topo.position == 0 else None, gathered, dst=0)
+    if rank == 0:
+        full = {}
+        for part in gathered:
+            if part:
+                full.update(part)
+        ref_losses, ref_params = reference(shape, steps, seed=seed, lr=lr, data=data, device=device,
+                                           optimizer=opt_kind, one_rank=one_rank,
+                                           aux_loss_coef=job.aux_loss_coef, impl=job.impl)
+        ref_losses = ref_losses[first_step:]
+        if set(full) != set(ref_params):
+            raise RuntimeError(f"parameter names differ from the reference: {sorted(set(full) ^ set(ref_params))[:5]}")
+        diffs = {k: _rel(full[k], ref_params[k]) for k in ref_params}
+        worst = max(diffs, key=diffs.get)
+        loss_diff = max((abs(a - b) / abs(b) for a, b in zip(losses, ref_losses)), default=0.0)
+        tol = precision_of(shape.precision).check_tolerance
+        result = {
+            "max_rel_loss_diff": loss_diff,
+            "max_rel_param_diff": diffs[worst],
+            "worst_param": worst,
+            "reference_losses": ref_losses,
+            "tolerance": asdict(tol),
+            "within_tolerance": bool(loss_diff <= tol.loss and diffs[worst] <= tol.params),
+        }
+    dist.barrier()
+    return result
+
+
+def _result(job: TrainingJob, shape: RunShape, runner, ctx: Context, losses: list[float], step_times: list[float],
+            everyone: list[dict], first_step: int, resumed_from: int | None, check: dict | None) -> dict:
+    """Rank 0's result dict (see the module docstring)."""
+    world, device, opt_kind = ctx.world, ctx.device, job.optimizer
     stage_time = []
     for s in range(shape.pp):
         vals = [e["compute"] for e in everyone if e["stage"] == s and e["compute"] is not None]
