@@ -3,11 +3,14 @@
 program.py      StageProgram (one pipeline configuration's tables), Solution, `evaluate` — the one TPI formula
 reference.py    brute-force oracle for tiny programs (the tests' ground truth)
 reduce.py       folding of identical layers, layout classes, dominated strategies
-formulation.py  the exact MILP over folded runs, plan <-> point maps, sub-tour cuts
-linear.py       solver-neutral sparse MILP; backends.py: HiGHS and Gurobi behind one interface
+formulation.py  the exact MILP over folded runs (one add_<kind>_constraint per kind of row), plan <-> point maps,
+                sub-tour cuts
+linear.py       solver-neutral sparse MILP, every row named by meaning; backends.py: HiGHS and Gurobi behind one
+                interface, HiGHS's irreducible infeasible subset
 quadratic.py    the native quadratic form for SCIP
 bounds.py       DP partition bound (prunes candidates before any MILP)
 group_relaxation.py  interleaved programs by device group: a small MILP that bounds them, plans built from it
-milp.py         `solve(program, solver=..., time_limit=..., cutoff=..., fold=..., mip_gap=...)`
+milp.py         `solve(program, solver=..., time_limit=..., cutoff=..., fold=..., mip_gap=..., explain=...)`;
+                `explain_infeasible(program)`: one line naming the kinds of rows that conflict
 uop.py          `search(candidates, build, ...)`: the unified optimisation process over configurations
 """

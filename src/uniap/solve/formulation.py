@@ -29,6 +29,10 @@ its first to its last layer (sub-tours): they are cheaper than any real order of
 connectivity rows (a used class is entered) are in the model from the start; `decode` finds the sub-tours that
 remain, `cuts` returns the connectivity inequalities that forbid them (the caller adds these and solves again), so
 the final optimum is exactly the unfolded one.
+
+Each kind of row has its method, `add_<kind>_constraint`, and every row is named by its kind and indices
+("memory[stage=2]", "flow_in[run=1,stage=0,cls=2]"; linear.named), so an infeasible program can say which kinds
+conflict (milp.explain_infeasible). `_rows` calls them in a fixed order, which is part of the numerics.
 """
 
 from __future__ import annotations
