@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     from uniap.commands.demo import demo_table, summary_lines
-    from uniap.profile.demo import run_demo
+    from uniap.demo import run_demo
 
     console = Console(width=200)
     runs = []

@@ -24,7 +24,7 @@ IMPLS = ("uniap", "transformers")
 
 def plans(world: int = 4) -> dict:
     import uniap
-    from uniap.profile.demo import DEMO_BATCH, DEMO_MODEL, DEMO_SEQ, comparison_plans
+    from uniap.demo import DEMO_BATCH, DEMO_MODEL, DEMO_SEQ, comparison_plans
     from uniap.spec.hf import zoo_hf_config
 
     hf = zoo_hf_config(DEMO_MODEL)

@@ -71,7 +71,7 @@ MB = 1e6
 
 
 def model_config():
-    from uniap.profile.demo import DEMO_MODEL
+    from uniap.demo import DEMO_MODEL
 
     return replace(DEMO_MODEL, name="chunks-gpt", layers=BLOCKS, max_seq=SEQ_LEN)
 
@@ -173,7 +173,7 @@ def predictions(plans: dict, cluster) -> dict:
 
 def step_time(result: dict) -> float:
     """A run's time: the median of its step times after the first WARMUP_STEPS (each the slowest rank's)."""
-    from uniap.profile.demo import WARMUP_STEPS
+    from uniap.demo import WARMUP_STEPS
 
     return statistics.median(result["step_times_s"][WARMUP_STEPS:])
 
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     os.environ["OMP_NUM_THREADS"] = "1"  # one thread per rank: the launcher passes it on to the ranks
-    from uniap.profile.demo import WARMUP_STEPS
+    from uniap.demo import WARMUP_STEPS
     from uniap.runtime.job import TrainingJob
     from uniap.runtime.launch import run_many
 

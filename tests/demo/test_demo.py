@@ -13,7 +13,7 @@ MICRO = ModelConfig(name="micro-gpt", family="gpt2", layers=2, hidden=64, heads=
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    from uniap.profile.demo import run_demo
+    from uniap.demo import run_demo
 
     out = tmp_path_factory.mktemp("demo")
     result = run_demo(out, nproc=2, steps=3, rounds=2, reps=1, passes=2, warmup=1, micro_batch_sizes=(1, 2),
@@ -43,7 +43,7 @@ def test_demo_reports_predicted_and_measured_for_every_plan(demo):
 def test_demo_profile_and_plan_are_consistent(demo):
     from uniap.plans import Plan
     from uniap.profile import calibrate, load_profile
-    from uniap.profile.demo import local_cluster, predict_plan
+    from uniap.demo import local_cluster, predict_plan
     from uniap.spec.families import build_layers
     from uniap.spec.workload import Workload
 
@@ -96,7 +96,7 @@ def test_profile_command_rejects_bad_input_before_spawning(tmp_path):
 
 
 def test_demo_rejects_bad_input_before_spawning(tmp_path):
-    from uniap.profile.demo import run_demo
+    from uniap.demo import run_demo
 
     with pytest.raises(UniapError, match="--steps"):
         run_demo(tmp_path, steps=2)

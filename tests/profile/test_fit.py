@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from uniap.errors import UniapError
-from uniap.profile.demo import kendall_tau, ranks
+from uniap.demo import kendall_tau, ranks
 from uniap.profile.fit import fit_line, fit_link, ring_terms
 
 

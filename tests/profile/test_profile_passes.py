@@ -6,7 +6,7 @@ from synthetic import SIZES, TINY, synthetic_raw
 
 from uniap.errors import UniapError
 from uniap.profile.collect import assemble, merge_raw
-from uniap.profile.demo import passes_before_rounds
+from uniap.demo import passes_before_rounds
 
 SPEC = {"micro_batch_sizes": SIZES, "warmup": 1, "reps": 3, "passes": 2, "rep_seconds": 0.05}
 

@@ -75,7 +75,7 @@ def demo_command(
 ) -> None:
     """Profile a small GPT on local ranks, plan it, run the chosen plan and 12 others, report predicted vs measured."""
     from uniap.commands.profile import progress_bar
-    from uniap.profile.demo import run_demo
+    from uniap.demo import run_demo
 
     err = Console(stderr=True)
     bar, update = progress_bar(err)

@@ -1,4 +1,4 @@
-"""Measured costs: `uniap profile` (measure), calibration of the cost model, and `uniap demo`.
+"""Measured costs: `uniap profile` (measure) and the calibration of the cost model with them.
 
     from uniap.profile import calibrate, load_profile, profile_model
     doc = profile_model(config, seq_len, nproc=4)              # spawns torchrun; needs torch
@@ -7,7 +7,8 @@
 
 Modules: `items` (what is measured), `harness`/`worker` (the measuring ranks, torch), `collect` (driver and
 assembly of the file), `schema` (file format, validation), `fit` (line and α–β fits), `calibration` (what the
-cost tables ask), `demo` (profile → plan → run → compare). Importing this package pulls in no torch.
+cost tables ask). `uniap.demo`, above the planner and the runtime, uses them. Importing this package pulls in no
+torch.
 """
 
 from __future__ import annotations

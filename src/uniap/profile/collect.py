@@ -194,32 +194,7 @@ def assemble(raw: dict, config: ModelConfig, seq_len: int, world: int, spec: dic
         "precision": "fp32",
         "optimizer": "sgd (momentum 0.9)",
         "micro_batch_sizes": list(spec["micro_batch_sizes"]),
-        "method": {
-            "warmup": int(spec["warmup"]), "reps": int(spec["reps"]), "passes": int(spec.get("passes", 1)),
-            "repetition": f"calls back to back until a repetition lasts about {spec.get('rep_seconds', 0.05)} s; "
-                          "figure = repetition time / calls",
-            "statistic": "median over repetitions (of every pass) of the slowest rank's time",
-            "timer": "CUDA events" if cuda else "time.perf_counter (wall clock)",
-            "concurrency": "all ranks busy: the world is cut into groups of stage size d and every group "
-                           "measures the same layer and strategy at the same time",
-            "layer_time": "forward + backward of one layer call, without the activation meter, with its tp "
-                          "collectives and, for ZeRO 1-3, its dp gradient reduce-scatter (the runtime's FSDP2 "
-                          "reduces every micro-batch); ZeRO-0's all-reduce, once per step in the runtime, is "
-                          "not in it (calibration prices it from the all-reduce fit); fit: seconds = a + "
-                          "b·samples (samples per dp shard)",
-            "memory": ("static: parameters + gradients + optimizer state (local shards) after a step; "
-                       "activations: bytes saved for backward per micro-batch (saved-tensor hooks"
-                       + (", or the allocator's growth across the forward if larger)" if cuda else ")")),
-            "collectives": "all groups of n ranks at once; fit: seconds = a + b·bytes",
-            "chain": "forward + backward of the whole chain at once, every layer dp over all ranks (ZeRO-0), "
-                     "without its all-reduces and, back to back in every repetition, with them as a step runs "
-                     "them (synced); all_reduce_scale = median over repetitions of (synced − chain) / the "
-                     "all-reduce fit's time for the same gradients on an idle machine, on every ZeRO-0 "
-                     "all-reduce; chain_s and synced_s are their medians",
-            "pipeline": "torch.distributed.pipelining 1F1B over P stages, c = 2P micro-batches of the model's "
-                        "activation, with a stand-in stage that computes almost nothing: per_slot_s = step / "
-                        "(c + P − 1) − the stand-in's forward + backward",
-        },
+        "method": _method(spec, cuda),
         "layers": layers,
         "collectives": collectives,
         "pipeline": pipeline,
@@ -231,6 +206,36 @@ def assemble(raw: dict, config: ModelConfig, seq_len: int, world: int, spec: dic
 
     doc["fitted"] = fitted_figures(doc, config, seq_len)
     return doc
+
+
+def _method(spec: dict, cuda: bool) -> dict:
+    """How a profile's figures were measured, in words (the file says it of itself)."""
+    return {
+        "warmup": int(spec["warmup"]), "reps": int(spec["reps"]), "passes": int(spec.get("passes", 1)),
+        "repetition": f"calls back to back until a repetition lasts about {spec.get('rep_seconds', 0.05)} s; "
+                      "figure = repetition time / calls",
+        "statistic": "median over repetitions (of every pass) of the slowest rank's time",
+        "timer": "CUDA events" if cuda else "time.perf_counter (wall clock)",
+        "concurrency": "all ranks busy: the world is cut into groups of stage size d and every group "
+                       "measures the same layer and strategy at the same time",
+        "layer_time": "forward + backward of one layer call, without the activation meter, with its tp "
+                      "collectives and, for ZeRO 1-3, its dp gradient reduce-scatter (the runtime's FSDP2 "
+                      "reduces every micro-batch); ZeRO-0's all-reduce, once per step in the runtime, is "
+                      "not in it (calibration prices it from the all-reduce fit); fit: seconds = a + "
+                      "b·samples (samples per dp shard)",
+        "memory": ("static: parameters + gradients + optimizer state (local shards) after a step; "
+                   "activations: bytes saved for backward per micro-batch (saved-tensor hooks"
+                   + (", or the allocator's growth across the forward if larger)" if cuda else ")")),
+        "collectives": "all groups of n ranks at once; fit: seconds = a + b·bytes",
+        "chain": "forward + backward of the whole chain at once, every layer dp over all ranks (ZeRO-0), "
+                 "without its all-reduces and, back to back in every repetition, with them as a step runs "
+                 "them (synced); all_reduce_scale = median over repetitions of (synced − chain) / the "
+                 "all-reduce fit's time for the same gradients on an idle machine, on every ZeRO-0 "
+                 "all-reduce; chain_s and synced_s are their medians",
+        "pipeline": "torch.distributed.pipelining 1F1B over P stages, c = 2P micro-batches of the model's "
+                    "activation, with a stand-in stage that computes almost nothing: per_slot_s = step / "
+                    "(c + P − 1) − the stand-in's forward + backward",
+    }
 
 
 def _aliases(s: Strategy) -> list[Strategy]:

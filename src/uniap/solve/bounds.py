@@ -1,7 +1,7 @@
 """Partition bounds: what integer stage contents force on the bottleneck, found by dynamic programming.
 
 The MILP's LP relaxation spreads layers fractionally over stages, so its bottleneck is about Σ p / P even when
-whole layers cannot be balanced that finely (DESIGN.md: "the min-max term, whose LP bound is weak"). Here each
+whole layers cannot be balanced that finely (the min-max term's LP bound is weak). Here each
 stage's content is kept integral and each stage is solved exactly in isolation:
 
 * per run and stage, the Pareto front (cost, bytes) of every multiset of w layers (an exact knapsack over counts:

@@ -53,11 +53,6 @@ class InfeasibleError(UniapError):
     irreducible infeasible subset (`explain_infeasible`), in one line."""
 
 
-def available_solvers() -> list[str]:
-    """Back-ends whose Python module is importable here."""
-    return [name for name, module in SOLVERS.items() if importlib.util.find_spec(module) is not None]
-
-
 def solve(program: StageProgram, solver: str = "highs", time_limit: float | None = None,
           cutoff: float | None = None, fold: bool = True, mip_gap: float = 0.0,
           explain: bool = False) -> Solution | None:

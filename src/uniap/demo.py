@@ -189,29 +189,19 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
     from uniap.profile.collect import Profiling, default_nproc
     from uniap.profile.schema import load_profile
     from uniap.runtime.job import TrainingJob
-    from uniap.runtime.launch import run_many
     from uniap.spec.families import build_layers
     from uniap.spec.workload import Workload
-    from uniap.views import describe
 
     say = say or (lambda text: None)
     nproc = default_nproc() if nproc is None else int(nproc)
-    if nproc < 1:
-        raise UniapError("--nproc must be >= 1")
-    if steps <= WARMUP_STEPS:
-        raise UniapError(f"--steps must be > {WARMUP_STEPS} (the first {WARMUP_STEPS} are a warm-up)")
-    if rounds < 1:
-        raise UniapError("--rounds must be >= 1")
+    _check_counts(nproc, steps, rounds)
     chunks = passes_before_rounds(passes, rounds) if profile_path is None else [0] * rounds
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     model = build_layers(config, seq_len)
     workload = Workload(global_batch, seq_len, "fp32")
-    try:  # so that `uniap plan --model OUT/config.json --profile OUT/profile.json` plans this model
-        (out / "config.json").write_text(json.dumps(zoo_hf_config(config), indent=1) + "\n")
-    except UniapError:
-        pass  # an architecture no Hugging Face GPT-2 or Llama config expresses
+    _write_hf_config(config, out)
     cluster = local_cluster(nproc)
     timings = {}
 
@@ -224,11 +214,11 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
         doc = _profile_more(profiling, chunks[0], passes, profile_path, say, progress)
     else:
         doc = load_profile(profile_path)
-    planned_with = _passes_named(chunks[0]) if profiling is not None else "the given profile"
     timings["profile_s"] = time.perf_counter() - t0
     calibrated = calibrate(cluster, doc, model=model, workload=workload)
 
     t0 = time.perf_counter()
+    planned_with = _passes_named(chunks[0]) if profiling is not None else "the given profile"
     say(f"planning with the calibrated cost model ({planned_with})")
 
     def search(costed):
@@ -238,63 +228,135 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
     timings["plan_s"] = time.perf_counter() - t0
     chosen.save(out / "plan.json")
 
-    plans = {"uniap (chosen)": chosen}
-    seen = {_assignment_key(chosen)}
-    others = list(comparison_plans(config, nproc, global_batch, seq_len).items())
-    for name, plan in others:
-        if comparisons is not None and len(plans) > comparisons:
-            break
-        key = _assignment_key(plan)
-        if key in seen:
-            continue
-        seen.add(key)
-        plans[name] = plan
+    plans = _plans_to_run(chosen, comparison_plans(config, nproc, global_batch, seq_len), comparisons)
     plan_dir = out / "plans"
     plan_dir.mkdir(exist_ok=True)
     paths = [str(plan_dir / f"{i:02d}.json") for i in range(len(plans))]
 
-    def predict_all(costed) -> None:  # what the runs compare with, also in each plan file
-        for plan, path in zip(plans.values(), paths):
-            plan.predicted = predict_plan(plan, model, costed)
+    def predict_all(costed) -> dict:  # what the runs compare with, also in each plan file
+        predicted = {name: replace(plan, predicted=predict_plan(plan, model, costed)) for name, plan in plans.items()}
+        for plan, path in zip(predicted.values(), paths):
             plan.save(path)
+        return predicted
 
-    predict_all(calibrated)
+    plans = predict_all(calibrated)
     # Rounds: every plan runs `steps` steps, then every plan again, ... — a slow spell of the machine then
     # touches every plan a little instead of a few plans a lot. One launch per round: the runtime keeps every
     # job's process groups alive until its launch ends, and later jobs of a long launch run a few % slower.
     # The profile's later passes run between the rounds, so that profile and runs sample the same stretch of
     # a shared machine (its speed drifts by 10-20 % over minutes: README, "Predicted against measured").
     say(f"running {len(paths)} plans × {steps} steps, {rounds} round(s) of one launch each")
-    results = []
-    run_s = 0.0
-    profile_error = None
-    for r in range(rounds):
-        if r > 0 and chunks[r] and profile_error is None:
-            t0 = time.perf_counter()
-            try:
-                doc = _profile_more(profiling, chunks[r], passes, profile_path, say, progress)
-            except UniapError as exc:  # keep the rounds run so far: predict with the passes measured
-                profile_error = str(exc)
-                say(f"profiling stopped ({exc}); predicting with the passes measured so far")
-            timings["profile_s"] += time.perf_counter() - t0
-        t0 = time.perf_counter()
-        results += run_many([TrainingJob(path, steps=steps) for path in paths], nproc=nproc, timeout_s=timeout_s)
-        run_s += time.perf_counter() - t0
-    timings["run_s"] = run_s
+    jobs = [TrainingJob(path, steps=steps) for path in paths]
+    results, doc, profile_error = _rounds(jobs, rounds, chunks, profiling, passes, profile_path, doc, nproc,
+                                          timeout_s, timings, say, progress)
     whole_choice = None  # what a search with the whole profile picks, when it holds more than the plan saw
     if profiling is not None and profiling.passes > chunks[0]:
         t0 = time.perf_counter()
         say(f"predicting with the whole profile ({profiling.passes} passes) and searching with it again")
         calibrated = calibrate(cluster, doc, model=model, workload=workload)
-        predict_all(calibrated)
+        plans = predict_all(calibrated)
         whole_choice = search(calibrated)
         timings["plan_s"] += time.perf_counter() - t0
     chosen.save(out / "plan.json")
 
-    reserve = calibrated.device.reserve_bytes
+    rows = _rows(plans, results, calibrated.device.reserve_bytes)
+    timings["total_s"] = time.perf_counter() - started
+    result = _summary(rows, config, model, cluster, global_batch, steps, rounds, profile_path, out, chosen, timings,
+                      planned_with, profile_error, whole_choice)
+    png = out / "predicted_vs_measured.png"
+    draw(result, png)
+    result["figure"] = str(png)
+    (out / "demo.json").write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def _summary(rows, config, model, cluster, global_batch, steps, rounds, profile_path, out, chosen, timings,
+             planned_with, profile_error, whole_choice) -> dict:
+    """The demo's result dict (demo.json): the rows, their statistics and how they were measured."""
+    from uniap.views import describe
+
+    result = {"rows": rows, **statistics(rows)}
+    result.update({
+        "model": {"name": config.name, "config": config.to_json(), "seq_len": model.seq_len, "parameters": model.parameters},
+        "cluster": cluster.name, "global_batch": global_batch, "steps": steps, "rounds": rounds,
+        "statistic": f"measured: median over rounds of the step times after each run's first {WARMUP_STEPS} "
+                     f"steps (a step's time is the slowest rank's)",
+        "profile": str(profile_path), "chosen_plan": str(out / "plan.json"),
+        "search": chosen.search, "timings_s": timings,
+        "planned_with": planned_with, "profile_error": profile_error,
+        "whole_profile_chooses_the_same_plan": (None if whole_choice is None
+                                                else _assignment_key(whole_choice) == _assignment_key(chosen)),
+        "whole_profile_plan": None if whole_choice is None else describe(whole_choice),
+    })
+    return result
+
+
+def _check_counts(nproc: int, steps: int, rounds: int) -> None:
+    if nproc < 1:
+        raise UniapError(f"--nproc must be >= 1, got {nproc}")
+    if steps <= WARMUP_STEPS:
+        raise UniapError(f"--steps must be > {WARMUP_STEPS} (the first {WARMUP_STEPS} are a warm-up), got {steps}")
+    if rounds < 1:
+        raise UniapError(f"--rounds must be >= 1, got {rounds}")
+
+
+def _write_hf_config(config: ModelConfig, out: Path) -> None:
+    """OUT/config.json, so that `uniap plan --model OUT/config.json --profile OUT/profile.json` plans this model
+    (nothing for an architecture no Hugging Face GPT-2 or Llama config expresses)."""
+    try:
+        (out / "config.json").write_text(json.dumps(zoo_hf_config(config), indent=1) + "\n")
+    except UniapError:
+        pass
+
+
+def _rounds(jobs, rounds: int, chunks: list[int], profiling, passes: int, profile_path, doc: dict, nproc: int,
+            timeout_s: float, timings: dict, say, progress) -> tuple[list[dict], dict, str | None]:
+    """Run every plan in each of `rounds` launches, measuring the profile's next passes between them (`chunks`);
+    returns the runs' results (round after round), the profile as it then stands, and why profiling stopped
+    early, if it did (the rounds go on, predicting with the passes measured). Adds to timings' profile_s and
+    run_s."""
+    from uniap.runtime.launch import run_many
+
+    results, profile_error = [], None
+    timings["run_s"] = 0.0
+    for r in range(rounds):
+        if r > 0 and chunks[r] and profile_error is None:
+            t0 = time.perf_counter()
+            try:
+                doc = _profile_more(profiling, chunks[r], passes, profile_path, say, progress)
+            except UniapError as exc:
+                profile_error = str(exc)
+                say(f"profiling stopped ({exc}); predicting with the passes measured so far")
+            timings["profile_s"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        results += run_many(jobs, nproc=nproc, timeout_s=timeout_s)
+        timings["run_s"] += time.perf_counter() - t0
+    return results, doc, profile_error
+
+
+def _plans_to_run(chosen, hand: dict, comparisons: int | None) -> dict:
+    """The chosen plan and the hand-written ones that differ from it (and from each other), the first
+    `comparisons` of them when given."""
+    plans = {"uniap (chosen)": chosen}
+    seen = {_assignment_key(chosen)}
+    for name, plan in hand.items():
+        if comparisons is not None and len(plans) > comparisons:
+            break
+        key = _assignment_key(plan)
+        if key not in seen:
+            seen.add(key)
+            plans[name] = plan
+    return plans
+
+
+def _rows(plans: dict, results: list[dict], reserve: float) -> list[dict]:
+    """One row per plan: predicted against measured time and memory over the rounds (results: the rounds' run
+    results, plan after plan), and both ranks."""
+    from uniap.views import describe
+
     rows = []
     for i, (name, plan) in enumerate(plans.items()):
-        runs = results[i::len(paths)]
+        runs = results[i::len(plans)]
         timed = [t for res in runs for t in res["step_times_s"][WARMUP_STEPS:]]
         pred_s = float(plan.predicted["iteration_time_s"])
         meas_s = float(np.median(timed))
@@ -314,25 +376,7 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
                         ("measured_rank", [r["measured_s"] for r in rows])):
         for r, rank in zip(rows, ranks(values)):
             r[key] = rank
-    result = {"rows": rows, **statistics(rows)}
-    timings["total_s"] = time.perf_counter() - started
-    result.update({
-        "model": {"name": config.name, "config": config.to_json(), "seq_len": seq_len, "parameters": model.parameters},
-        "cluster": cluster.name, "global_batch": global_batch, "steps": steps, "rounds": rounds,
-        "statistic": f"measured: median over rounds of the step times after each run's first {WARMUP_STEPS} "
-                     f"steps (a step's time is the slowest rank's)",
-        "profile": str(profile_path), "chosen_plan": str(out / "plan.json"),
-        "search": chosen.search, "timings_s": timings,
-        "planned_with": planned_with, "profile_error": profile_error,
-        "whole_profile_chooses_the_same_plan": (None if whole_choice is None
-                                                else _assignment_key(whole_choice) == _assignment_key(chosen)),
-        "whole_profile_plan": None if whole_choice is None else describe(whole_choice),
-    })
-    png = out / "predicted_vs_measured.png"
-    draw(result, png)
-    result["figure"] = str(png)
-    (out / "demo.json").write_text(json.dumps(result, indent=1) + "\n")
-    return result
+    return rows
 
 
 def passes_before_rounds(passes: int, rounds: int) -> list[int]:
