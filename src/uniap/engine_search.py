@@ -27,7 +27,8 @@ from uniap.export.capability import ANY_SPLIT, EVEN, EngineRules
 from uniap.plans import Plan
 from uniap.planner import MAX_VIRTUAL_STAGES, build_candidate, candidates, plan_search, schedule_of, \
     stage_strategies
-from uniap.solve.program import StageProgram, evaluate_many, lower_bound
+from uniap.program import StageProgram
+from uniap.solve.program import evaluate_many, lower_bound
 from uniap.solve.uop import interleaved_tier, search
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import LayerSpec, ModelSpec

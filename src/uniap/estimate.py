@@ -14,7 +14,8 @@ import numpy as np
 from uniap.cost.tables import build_program, disallowed
 from uniap.errors import UniapError
 from uniap.plans import LayerPlan, Plan, StagePlan
-from uniap.solve.program import StageProgram, evaluate, stage_times
+from uniap.program import StageProgram
+from uniap.solve.program import evaluate, stage_times
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import ModelSpec
 from uniap.spec.workload import EXPERT_IMBALANCE, Workload

@@ -20,7 +20,7 @@ from uniap.cost.tables import build_program, disallowed, signature_costs
 from uniap.errors import UniapError
 from uniap.estimate import make_plan, predict
 from uniap.plans import Plan
-from uniap.solve.program import StageProgram
+from uniap.program import StageProgram
 from uniap.solve.reduce import undominated
 from uniap.solve.uop import interleaved_tier, search
 from uniap.spec.cluster import ClusterSpec

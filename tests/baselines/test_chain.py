@@ -112,7 +112,7 @@ def test_balanced_split_minimises_the_largest_stage():
 
 
 def _program(rng, L, K, P, c):
-    from uniap.solve.program import StageProgram
+    from uniap.program import StageProgram
 
     A = rng.uniform(1, 5, (L, K))
     G = rng.uniform(0, 2, (L, K))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from uniap.cost.tables import held_array
-from uniap.solve.program import StageProgram
+from uniap.program import StageProgram
 from uniap.spec.workload import inflight as workload_inflight
 
 

@@ -9,7 +9,8 @@ from random_tables import random_case, random_program
 
 from uniap.errors import UniapError
 from uniap.solve.bounds import partition_bound
-from uniap.solve.program import StageProgram, evaluate, lower_bound, stage_times
+from uniap.program import StageProgram
+from uniap.solve.program import evaluate, lower_bound, stage_times
 from uniap.solve.reduce import reduce_program
 from uniap.solve.reference import solve_reference
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from uniap.baselines.chain import ChainDP
 from uniap.baselines.common import BaselineResult, Best, finish, programs, stage_strategies
-from uniap.solve.program import StageProgram
+from uniap.program import StageProgram
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import ModelSpec
 from uniap.spec.workload import Workload

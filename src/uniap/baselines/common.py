@@ -19,7 +19,8 @@ from uniap.cost.tables import build_program
 from uniap.errors import UniapError
 from uniap.estimate import make_plan, predict
 from uniap.plans import Plan
-from uniap.solve.program import StageProgram, evaluate, lower_bound
+from uniap.program import StageProgram
+from uniap.solve.program import evaluate, lower_bound
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import ModelSpec
 from uniap.spec.workload import Workload, check_schedule

@@ -29,7 +29,7 @@ from uniap.baselines.chain import DEFAULT_BINS, ChainDP
 from uniap.baselines.common import BaselineResult, Best, finish, programs, stage_strategies
 from uniap.errors import UniapError
 from uniap.estimate import uniform_split
-from uniap.solve.program import StageProgram
+from uniap.program import StageProgram
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import ModelSpec
 from uniap.spec.workload import Workload

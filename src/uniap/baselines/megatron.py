@@ -21,7 +21,8 @@ import numpy as np
 from uniap.baselines.common import BaselineResult, Best, finish, programs, stage_strategies
 from uniap.errors import UniapError
 from uniap.estimate import uniform_split
-from uniap.solve.program import StageProgram, evaluate_many
+from uniap.program import StageProgram
+from uniap.solve.program import evaluate_many
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import ModelSpec
 from uniap.spec.workload import Workload

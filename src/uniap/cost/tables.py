@@ -19,7 +19,7 @@ from uniap.cost.compute import attention_seconds, backward_share, layer_time, op
 from uniap.cost.memory import (activation_bytes_per_sample, dense_params_per_device, expert_params_per_device,
                                static_bytes)
 from uniap.errors import UniapError
-from uniap.solve.program import StageProgram
+from uniap.program import StageProgram
 from uniap.spec.cluster import ClusterSpec, Link
 from uniap.spec.model import LayerSpec, ModelSpec
 from uniap.spec.ops import Attention

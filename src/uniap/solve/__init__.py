@@ -1,6 +1,7 @@
-"""The solver: numpy cost tables in, a plan (stage and strategy per layer) out. Imports no torch.
+"""The solver: numpy cost tables in (`uniap.program.StageProgram`, which the cost model fills), a plan (stage and
+strategy per layer) out. Imports no torch.
 
-program.py      StageProgram (one pipeline configuration's tables), Solution, `evaluate` — the one TPI formula
+program.py      Solution, `evaluate` — the one TPI formula — and the bounds of a StageProgram
 reference.py    brute-force oracle for tiny programs (the tests' ground truth)
 reduce.py       folding of identical layers, layout classes, dominated strategies
 formulation.py  the exact MILP over folded runs (one add_<kind>_constraint per kind of row), plan <-> point maps,

@@ -24,7 +24,8 @@ import math
 
 import numpy as np
 
-from uniap.solve.program import MEMORY_RTOL, StageProgram
+from uniap.program import StageProgram
+from uniap.solve.program import MEMORY_RTOL
 from uniap.solve.reduce import Reduced, reduce_program
 
 MAX_FRONT = 4096

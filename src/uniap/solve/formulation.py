@@ -43,7 +43,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from uniap.solve.linear import Builder, Expr, LinearModel, Row, minus, named, plus, scaled, term
-from uniap.solve.program import SEND_HIDING, StageProgram, interleaved_slots, lower_bound, stage_times
+from uniap.program import StageProgram
+from uniap.solve.program import SEND_HIDING, interleaved_slots, lower_bound, stage_times
 from uniap.solve.reduce import Reduced, Run
 
 

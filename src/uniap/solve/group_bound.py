@@ -28,7 +28,8 @@ import math
 
 import numpy as np
 
-from uniap.solve.program import MEMORY_RTOL, StageProgram, least_sends
+from uniap.program import StageProgram
+from uniap.solve.program import MEMORY_RTOL, least_sends
 from uniap.solve.reduce import Reduced, undominated
 
 PROBES = 24

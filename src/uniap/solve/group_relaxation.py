@@ -33,7 +33,8 @@ import math
 import numpy as np
 
 from uniap.solve.linear import Builder, Expr, minus, named, plus, scaled, term
-from uniap.solve.program import SEND_HIDING, StageProgram, evaluate, least_sends
+from uniap.program import StageProgram
+from uniap.solve.program import SEND_HIDING, evaluate, least_sends
 from uniap.solve.reduce import Reduced, undominated
 
 

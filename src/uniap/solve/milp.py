@@ -27,7 +27,8 @@ from uniap.solve.formulation import BOUNDS, Formulation, scale_of
 from uniap.solve.group_bound import group_bound
 from uniap.solve.group_relaxation import GroupRelaxation, chain_plan
 from uniap.solve.linear import conflict_line
-from uniap.solve.program import Solution, StageProgram, evaluate, lower_bound
+from uniap.program import StageProgram
+from uniap.solve.program import Solution, evaluate, lower_bound
 from uniap.solve.reduce import reduce_program
 
 SOLVERS = {"highs": "highspy", "scip": "pyscipopt", "gurobi": "gurobipy"}

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from uniap.solve.program import StageProgram
+from uniap.program import StageProgram
 
 
 class ScipQuadratic:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from uniap.solve.program import StageProgram
+from uniap.program import StageProgram
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ import time
 import numpy as np
 
 from uniap.errors import UniapError
-from uniap.solve.program import Solution, StageProgram, evaluate_many
+from uniap.program import StageProgram
+from uniap.solve.program import Solution, evaluate_many
 from uniap.solve.reduce import one_strategy_groups, reduce_program
 
 MAX_PLANS = 10_000_000

@@ -24,7 +24,8 @@ import numpy as np
 
 from uniap.solve import backends
 from uniap.solve.milp import Outcome, solve_outcome
-from uniap.solve.program import Solution, StageProgram, evaluate_many, lower_bound
+from uniap.program import StageProgram
+from uniap.solve.program import Solution, evaluate_many, lower_bound
 
 PROVEN = ("optimal", "cutoff", "infeasible", "impossible", "skipped")
 """Statuses that settle a candidate: nothing better can hide in it."""
