@@ -65,6 +65,9 @@ HF_FAMILIES = {
     "gpt_neox": Family("gpt_neox", "embed_in", "layers", "final_layer_norm", drop="emb_dropout"),
     "gpt2": Family("transformer", "wte", "h", "ln_f", pos="wpe", drop="drop"),
 }
+DROPOUT_FIELDS = ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop", "dropout",
+                  "embedding_dropout", "residual_dropout", "mlp_dropout", "classifier_dropout")
+"""Config fields of a dropout probability in the families' configs (transformers 5.18)."""
 TP_STYLES = ("colwise", "rowwise", "replicated_with_grad_allreduce", "embedding_rowwise")
 
 
@@ -114,6 +117,8 @@ def check_hf_plan(plan, config) -> None:
     family_of(hf_config_of(plan).get("model_type"))
     if config.is_moe:
         raise UniapError(f"{config.name}: mixture-of-experts models do not run on transformers here")
+    hf = hf_config_of(plan)
+    dropout = {k: v for k, v in hf.items() if k in DROPOUT_FIELDS and isinstance(v, (int, float)) and v > 0}
     tp_why = None
     for layer in plan.layers:
         st = layer.strategy
@@ -123,6 +128,10 @@ def check_hf_plan(plan, config) -> None:
         if st.cp > 1:
             raise UniapError(f"layer {layer.name}: context parallelism (cp {st.cp}) does not run on transformers "
                              f"here (its attention takes whole sequences)")
+        if st.tp > 1 and dropout:
+            rates = ", ".join(f"{k} {v}" for k, v in dropout.items())
+            raise UniapError(f"layer {layer.name}: tp {st.tp} with dropout ({rates}) would draw different masks on "
+                             f"the tp ranks; set it to 0 or plan without tp")
         if st.tp > 1 and layer.name.startswith("block."):
             if tp_why is None:
                 tp_why = tp_refusal(_hf_config_object(hf_config_of(plan))) or ""

@@ -121,7 +121,7 @@ def parallelize(model: nn.Module, plan: Plan | str, *, sync_weights: bool = True
     plan = _rank0s(plan)
     plan.check_matches(ours, int(plan.model["seq_len"]), ctx.world)
     shape = check_plan(replace(plan, model={**plan.model, "hf_config": hf}), ctx.world, "transformers")
-    model = model.to(ctx.device)
+    model = model.to(device=ctx.device, dtype=torch.float32)  # fp32 master weights; the plan's precision computes
     if sync_weights:
         with torch.no_grad():
             for tensor in model.state_dict().values():
