@@ -159,7 +159,7 @@ def estimate(
         if clus.devices != result.world_size:
             raise UniapError(f"plan is for {result.world_size} devices but cluster {clus.name} has {clus.devices}")
         program, stage_of, strategy_of = cost_plan(result, spec, clus)
-        result.predicted = predict(spec, clus, workload_of(result), program, stage_of, strategy_of)
+        result = replace(result, predicted=predict(spec, clus, workload_of(result), program, stage_of, strategy_of))
     else:
         missing = [flag for flag, v in (("--model", model), ("--cluster", cluster), ("--global-batch", global_batch))
                    if v is None]

@@ -48,7 +48,7 @@ class LayerPlan:
         return self.stage if self.chunk is None else self.chunk
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
     model: dict  # name, layers, parameters, seq_len, config (ModelConfig as dict)
     cluster: dict  # name, devices, nodes, devices_per_node, engine {kernels, attention}
