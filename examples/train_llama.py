@@ -1,13 +1,9 @@
-"""Plan a small Llama on the 4 local ranks, lay transformers' LlamaForCausalLM out as the plan says, train ten steps.
-
-    torchrun --nproc-per-node 4 examples/train_llama.py
-"""
+"""Plan a Llama on 4 local ranks, train transformers' LlamaForCausalLM that way: torchrun --nproc-per-node 4 THIS"""
 import statistics
 import time
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
-
 import uniap
 from uniap.views import describe
 
