@@ -277,7 +277,7 @@ def run(
     from uniap.runtime.launcher import Nodes
 
     if steps < 1:
-        raise UniapError("--steps must be >= 1")
+        raise UniapError(f"--steps must be >= 1, got {steps}")
     nodes = None
     if nnodes > 1 or node_rank != 0 or rdzv_endpoint is not None:
         if nproc is None:

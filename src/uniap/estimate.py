@@ -167,7 +167,7 @@ def estimate_uniform(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
     (--context-parallel-size)."""
     n = cluster.devices
     if tp < 1 or pp < 1 or cp < 1:
-        raise UniapError("--tp, --pp and --cp must be >= 1")
+        raise UniapError(f"--tp, --pp and --cp must be >= 1, got tp {tp}, pp {pp}, cp {cp}")
     if dp is None:
         if n % (tp * pp * cp):
             raise UniapError(f"tp·{'cp·' if cp > 1 else ''}pp = {tp * cp * pp} does not divide the {n} devices of "

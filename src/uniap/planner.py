@@ -136,11 +136,11 @@ def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, s
     if schedule == INTERLEAVED and solver == "scip":
         raise UniapError("the SCIP back-end solves plain pipelines only; search interleaving with highs or gurobi")
     if max_tp is not None and max_tp < 1:
-        raise UniapError("--max-tp must be >= 1")
+        raise UniapError(f"--max-tp must be >= 1, got {max_tp}")
     if max_cp is not None and max_cp < 1:
-        raise UniapError("--max-cp must be >= 1")
+        raise UniapError(f"--max-cp must be >= 1, got {max_cp}")
     if max_virtual_stages < 1:
-        raise UniapError("--max-virtual-stages must be >= 1")
+        raise UniapError(f"--max-virtual-stages must be >= 1, got {max_virtual_stages}")
     started = time.perf_counter()
     cands = candidates(model, cluster, workload, schedules, max_virtual_stages)
     build = partial(build_candidate, model=model, cluster=cluster, workload=workload, schedules=schedules,

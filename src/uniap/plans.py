@@ -154,7 +154,7 @@ class Plan:
         if n % degree:
             raise UniapError(f"pipeline degree {degree} does not divide the {n} devices")
         if int(self.pipeline["micro_batches"]) < 1:
-            raise UniapError("micro_batches must be >= 1")
+            raise UniapError(f"micro_batches must be >= 1, got {self.pipeline['micro_batches']}")
         schedule, v = self.pipeline.get("schedule"), self.virtual_stages
         if schedule not in SCHEDULES:
             raise UniapError(f"unknown schedule {schedule!r} ({', '.join(SCHEDULES)})")
@@ -165,9 +165,13 @@ class Plan:
             raise UniapError("the interleaved schedule needs a pipeline of at least 2 stages")
         ranks = sorted(r for s in self.stages for r in s.ranks)
         if ranks != list(range(n)):
-            raise UniapError(f"stage ranks must cover 0..{n - 1} exactly once")
-        if any(len(stage.ranges) != v for stage in self.stages):
-            raise UniapError(f"every stage must run {v} chunk(s)")
+            twice = sorted({r for r in ranks if ranks.count(r) > 1})
+            missing = sorted(set(range(n)) - set(ranks))
+            raise UniapError(f"stage ranks must cover 0..{n - 1} exactly once: {len(ranks)} listed"
+                             + (f", missing {missing[:5]}" if missing else "") + (f", twice {twice[:5]}" if twice else ""))
+        wrong = [(stage.index, len(stage.ranges)) for stage in self.stages if len(stage.ranges) != v]
+        if wrong:
+            raise UniapError(f"every stage must run {v} chunk(s); stage {wrong[0][0]} runs {wrong[0][1]}")
         expect = 0
         for j in range(degree * v):  # chunk j sits on stage j mod P, the chunks cover the chain in order
             i = j % degree
@@ -192,7 +196,7 @@ class Plan:
             if not inside:
                 raise UniapError(f"layer {layer.index} ({layer.name}) is not inside its stage {layer.stage}")
             if layer.strategy.devices != len(stage.ranks):
-                raise UniapError(f"layer {layer.index}: dp×tp = {layer.strategy.devices} but its stage has "
+                raise UniapError(f"layer {layer.index}: dp×cp×tp = {layer.strategy.devices} but its stage has "
                                  f"{len(stage.ranks)} ranks")
 
     def check_matches(self, config: ModelConfig, seq_len: int, world_size: int) -> None:

@@ -61,9 +61,9 @@ class TrainingJob:
         if self.impl not in IMPLS:
             raise UniapError(f"unknown model implementation {self.impl!r} (choose from {', '.join(IMPLS)})")
         if int(self.steps) < 0:
-            raise UniapError("steps must be >= 0")
+            raise UniapError(f"steps must be >= 0, got {self.steps}")
         if int(self.checkpoint_every) < 0:
-            raise UniapError("checkpoint_every must be >= 0")
+            raise UniapError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}")
         if (self.checkpoint_every or self.resume) and not self.checkpoint_dir:
             raise UniapError("checkpointing and resume need a checkpoint_dir")
 

@@ -39,7 +39,7 @@ def run_many(jobs: list[TrainingJob], *, nproc: int | None = None, timeout_s: fl
     if not jobs:
         return []
     if timeout_s <= 0:
-        raise UniapError("timeout_s must be positive")
+        raise UniapError(f"timeout_s must be positive, got {timeout_s}")
     world = _check_jobs(jobs)
 
     under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
