@@ -61,8 +61,8 @@ def equality_plans():
 
     interleaved = uniform_plan(GPT, 4, pp=2, tp=2, micro_batches=4, schedule="1f1b",
                                per_layer={"block.2": S(2, 1, 0), "block.3": S(2, 1, 3, recompute=True)})
-    interleaved.stages = [StagePlan(0, (0, 2), interleaved.stages[0].layers),
-                          StagePlan(1, (1, 3), interleaved.stages[1].layers)]
+    interleaved = dataclasses.replace(interleaved, stages=[StagePlan(0, (0, 2), interleaved.stages[0].layers),
+                                                           StagePlan(1, (1, 3), interleaved.stages[1].layers)])
     return {
         "gpt-dp4": (uniform_plan(GPT, 4, dp=4), {}),
         "gpt-dp4-zero3-mb2": (uniform_plan(GPT, 4, dp=4, zero=3, micro_batches=2), {}),
