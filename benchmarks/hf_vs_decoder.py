@@ -35,7 +35,7 @@ def plans(world: int = 4) -> dict:
     out = {"uniap (analytic, tp 1)": chosen}
     for name in keep:
         plan = hand[name]
-        out[name] = replace(plan, model={**plan.model, "hf_config": hf})
+        out[name] = replace(plan, model=replace(plan.model, hf_config=hf))
     return out
 
 

@@ -119,7 +119,7 @@ def walked_activations(plan, per_micro: list[float]) -> list[float]:
     per-micro-batch bytes added at each of its forwards, released at its backward)."""
     from uniap.spec.workload import interleaved_order
 
-    P, c, v = len(plan.stages), int(plan.pipeline["micro_batches"]), plan.virtual_stages
+    P, c, v = len(plan.stages), int(plan.pipeline.micro_batches), plan.virtual_stages
     out = []
     for stage in range(P):
         current = peak = 0.0
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     first = plans[base]
     dp = world // STAGES
     print(f"interleaved chunks: {BLOCKS}-block GPT (hidden {first.model_config().hidden}, seq {SEQ_LEN}), "
-          f"batch {first.workload['global_batch']}, pp{STAGES} · v{VIRTUAL}" + (f" · dp{dp}" if dp > 1 else "")
+          f"batch {first.workload.global_batch}, pp{STAGES} · v{VIRTUAL}" + (f" · dp{dp}" if dp > 1 else "")
           + f", c = {MICRO_BATCHES}, {world} gloo ranks on {os.cpu_count()} cores, OMP_NUM_THREADS=1")
     print(f"cost model: {cluster.name}" + (f" calibrated with {args.profile}" if args.profile else " (preset)")
           + "; the predicted times are the model's, only their ratios compare with the measured one")

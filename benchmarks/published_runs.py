@@ -230,7 +230,7 @@ def planner_speedup(row: Row, hand_s: float, time_limit: float) -> tuple[float, 
     except UniapError as exc:
         return math.nan, str(exc)[:40]
     blocks = {layer.strategy.label() for layer in plan.layers if layer.name.startswith("block")}
-    brief = f"pp{plan.pipeline['degree']} " + ",".join(sorted(blocks))
+    brief = f"pp{plan.pipeline.degree} " + ",".join(sorted(blocks))
     return hand_s / plan.predicted["iteration_time_s"], brief
 
 

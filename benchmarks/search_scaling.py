@@ -95,8 +95,8 @@ def whole_search(args) -> None:
                 continue
             s = plan.search
             print(f"{layers:>6} {devices:>7} {s['candidates']:>10} {s['time_s']:>9.2f} {str(s['optimal']):>8} "
-                  f"{s['gap'] * 100:>7.3f}% {plan.pipeline['degree']:>4} {plan.pipeline['virtual_stages']:>3} "
-                  f"{plan.pipeline['micro_batches']:>5}",
+                  f"{s['gap'] * 100:>7.3f}% {plan.pipeline.degree:>4} {plan.pipeline.virtual_stages:>3} "
+                  f"{plan.pipeline.micro_batches:>5}",
                   flush=True)
 
 
@@ -114,7 +114,7 @@ def targets(args) -> None:
                                          schedule=schedule, time_limit=args.time_limit)
         plain, both = runs["1f1b"], runs["interleaved-1f1b"]
         s, pipe = both.search, both.pipeline
-        chosen = f"pp{pipe['degree']}·v{pipe['virtual_stages']} c{pipe['micro_batches']}"
+        chosen = f"pp{pipe.degree}·v{pipe.virtual_stages} c{pipe.micro_batches}"
         gain = plain.predicted["iteration_time_s"] / both.predicted["iteration_time_s"]
         agree = [f"{simulated_over_predicted(p, cluster):>13.4f}" for p in (plain, both)]
         print(f"{label:<34} {plain.search['time_s']:>7.2f} {s['time_s']:>7.2f} "
@@ -146,7 +146,7 @@ def moe_targets(args) -> None:
         pipe = plan.pipeline
         blocks = [layer.strategy for layer in plan.layers if layer.name.startswith("block.")]
         moe = max(blocks, key=lambda s: s.ep)
-        chosen = (f"pp{pipe['degree']}·v{pipe['virtual_stages']} c{pipe['micro_batches']} tp{moe.tp} "
+        chosen = (f"pp{pipe.degree}·v{pipe.virtual_stages} c{pipe.micro_batches} tp{moe.tp} "
                   f"ep{moe.ep}" + (f" etp{moe.etp}" if moe.etp > 1 else ""))
         per_gpu = plan.predicted["tokens_per_s"] / cluster.devices
         hand = best_layout(model, cluster, workload, layout) if layout else None

@@ -150,7 +150,7 @@ def estimate(
     if plan is not None:
         result = Plan.load(plan)
         spec = _model_from_plan(result)
-        clus = replace(load_cluster(cluster or result.cluster["name"]), engine=result.engine)
+        clus = replace(load_cluster(cluster or result.cluster.name), engine=result.engine)
         clus = with_engine(clus, kernels, attention)
         if profile is not None:
             from uniap.profile import calibrate
@@ -175,7 +175,7 @@ def estimate(
     if fmt is Fmt.json:
         emit_json(result.to_json())
     else:
-        print_prediction(result, f"{result.model['name']} on {result.cluster['name']}")
+        print_prediction(result, f"{result.model.name} on {result.cluster.name}")
 
 
 @app.command()
@@ -303,7 +303,7 @@ def _model_from_plan(plan):
     """The model a plan was made for, rebuilt from the architecture it carries."""
     from uniap.spec.families import build_layers
 
-    return build_layers(plan.model_config(), int(plan.model["seq_len"]))
+    return build_layers(plan.model_config(), int(plan.model.seq_len))
 
 
 def _register_commands() -> None:

@@ -402,7 +402,7 @@ def _profile_more(profiling, passes: int, total: int, path: Path, say, progress)
 
 
 def _assignment_key(plan) -> tuple:
-    return (plan.pipeline["degree"], plan.pipeline["micro_batches"], plan.pipeline["schedule"],
+    return (plan.pipeline.degree, plan.pipeline.micro_batches, plan.pipeline.schedule,
             tuple((l.stage, l.strategy) for l in plan.layers))
 
 

@@ -191,7 +191,7 @@ def engine_plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
                     best = (float(values[i]), cand, stage_of[s], rows[promising][i])
     _, cand, stage_of, strategy_of = best
     if cand is None:
-        raise UniapError(f"no plan {rules.name} can run fits: {free.model['name']} on {cluster.name} needs a "
+        raise UniapError(f"no plan {rules.name} can run fits: {free.model.name} on {cluster.name} needs a "
                          "strategy or split the engine does not have (see `uniap plan` without --engine)")
     program, strategies, _ = tables(cand)
     predicted = predict(model, cluster, workload, program, stage_of, strategy_of)

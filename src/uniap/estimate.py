@@ -139,20 +139,20 @@ def cost_plan(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> tuple[Stage
     index = {s: k for k, s in enumerate(strategies)}
     stage_of = np.array([layer.position for layer in plan.layers])
     strategy_of = np.array([index[layer.strategy] for layer in plan.layers])
-    micro = workload.global_batch // int(plan.pipeline["micro_batches"])
+    micro = workload.global_batch // int(plan.pipeline.micro_batches)
     for layer, spec in zip(plan.layers, model.layers):
         why = disallowed(spec, layer.strategy, micro)
         if why:
             raise UniapError(f"plan layer {layer.index}: {why}")
-    program = build_program(model, cluster, workload, len(plan.stages), int(plan.pipeline["micro_batches"]),
-                            strategies, str(plan.pipeline["schedule"]), plan.virtual_stages)
+    program = build_program(model, cluster, workload, len(plan.stages), int(plan.pipeline.micro_batches),
+                            strategies, str(plan.pipeline.schedule), plan.virtual_stages)
     return program, stage_of, strategy_of
 
 
 def workload_of(plan: Plan) -> Workload:
     w = plan.workload
-    return Workload(int(w["global_batch"]), int(w["seq_len"]), str(w["precision"]),
-                    float(w.get("expert_imbalance", EXPERT_IMBALANCE)))
+    return Workload(int(w.global_batch), int(w.seq_len), str(w.precision),
+                    float(EXPERT_IMBALANCE if w.expert_imbalance is None else w.expert_imbalance))
 
 
 def estimate_uniform(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, tp: int = 1, pp: int = 1,

@@ -8,7 +8,7 @@ what the cost model predicts. The fingerprint ties a plan to one model and one w
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from uniap.errors import UniapError
@@ -48,51 +48,155 @@ class LayerPlan:
         return self.stage if self.chunk is None else self.chunk
 
 
+def _section(cls, data, what: str):
+    """A plan section from its JSON object (a section passes through); unknown fields are refused by name."""
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, dict):
+        raise UniapError(f"malformed plan: {what} must be an object, got {type(data).__name__}")
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise UniapError(f"malformed plan: unknown {what} field(s) {unknown} (known: {', '.join(sorted(names))})")
+    return cls(**data)
+
+
+def _without_none(section) -> dict:
+    return {k: v for k, v in asdict(section).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    """The model a plan is for."""
+
+    name: str
+    """Its name (zoo name, or the config's `_name_or_path`)."""
+    layers: int
+    """Layers of its chain (embedding, blocks, head)."""
+    parameters: int
+    """Parameters, a tied embedding counted once."""
+    seq_len: int
+    """Tokens per sequence the plan is for."""
+    config: dict
+    """The architecture (`ModelConfig` as JSON), so that the runtime can rebuild the model."""
+    hf_config: dict | None = None
+    """The Hugging Face config it was read from, if any (`uniap run --impl transformers` builds its class)."""
+
+    def to_json(self) -> dict:
+        return _without_none(self)
+
+
+@dataclass(frozen=True)
+class ClusterSection:
+    """The devices a plan is for."""
+
+    name: str
+    """Preset and shape (`a100-80g:8x8`) or the YAML file's name."""
+    devices: int
+    """Devices in all: the world size the plan runs on."""
+    nodes: int = 1
+    """Machines."""
+    devices_per_node: int | None = None
+    """Devices per machine (None: all on one)."""
+    engine: dict | None = None
+    """The engine the plan was costed under ({kernels, attention, ...}; None in plans older than the setting)."""
+
+    def to_json(self) -> dict:
+        return _without_none(self)
+
+
+@dataclass(frozen=True)
+class WorkloadSection:
+    """What one iteration trains."""
+
+    global_batch: int
+    """Sequences per iteration."""
+    seq_len: int
+    """Tokens per sequence."""
+    precision: str = "fp32"
+    """fp32, bf16 or fp16 mixed precision, or fp8 GEMMs."""
+    expert_imbalance: float | None = None
+    """Tokens of the busiest expert over the mean (MoE models; None: none recorded)."""
+
+    def to_json(self) -> dict:
+        return _without_none(self)
+
+
+@dataclass(frozen=True)
+class PipelineSection:
+    """How the stages run."""
+
+    degree: int
+    """Pipeline stages P."""
+    micro_batches: int
+    """Micro-batches per iteration c."""
+    schedule: str = "1f1b"
+    """gpipe, 1f1b or interleaved-1f1b."""
+    virtual_stages: int = 1
+    """Chunks per stage v (interleaved 1F1B; 1 otherwise)."""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+_SECTIONS = {"model": ModelSection, "cluster": ClusterSection, "workload": WorkloadSection,
+             "pipeline": PipelineSection}
+
+
 @dataclass(frozen=True)
 class Plan:
-    model: dict  # name, layers, parameters, seq_len, config (ModelConfig as dict)
-    cluster: dict  # name, devices, nodes, devices_per_node, engine {kernels, attention}
-    workload: dict  # global_batch, seq_len, precision
-    pipeline: dict  # degree, micro_batches, schedule, virtual_stages
+    """A plan, never changed once built (`dataclasses.replace` makes another). Its sections may be given as
+    their JSON objects; they are typed on construction."""
+
+    model: ModelSection
+    cluster: ClusterSection
+    workload: WorkloadSection
+    pipeline: PipelineSection
     stages: list[StagePlan]
     layers: list[LayerPlan]
     predicted: dict = field(default_factory=dict)
+    """What the cost model predicts (iteration_time_s, peak_memory_bytes per stage, ...); {} when not costed."""
     search: dict | None = None
+    """What the search proved (solver, time, optimality, gap, ...); None for plans not searched."""
+
+    def __post_init__(self) -> None:
+        for name, cls in _SECTIONS.items():
+            object.__setattr__(self, name, _section(cls, getattr(self, name), name))
 
     # -- identity -------------------------------------------------------------------------------
     @property
     def world_size(self) -> int:
-        return int(self.cluster["devices"])
+        return int(self.cluster.devices)
 
     @property
     def virtual_stages(self) -> int:
-        return int(self.pipeline.get("virtual_stages", 1))
+        return int(self.pipeline.virtual_stages)
 
     @property
     def engine(self) -> Engine | None:
         """The engine the plan was costed under (None for plans written before the setting existed)."""
-        data = self.cluster.get("engine")
+        data = self.cluster.engine
         return Engine.from_json(data, Engine()) if data is not None else None
 
     def model_config(self) -> ModelConfig:
         try:
-            return ModelConfig(**self.model["config"])
+            return ModelConfig(**self.model.config)
         except TypeError as exc:
             raise UniapError(f"plan's model config is malformed: {exc}") from None
 
     @property
     def fingerprint(self) -> str:
-        return fingerprint(self.model_config(), int(self.model["seq_len"]), self.world_size)
+        return fingerprint(self.model_config(), int(self.model.seq_len), self.world_size)
 
     # -- JSON ---------------------------------------------------------------------------------
     def to_json(self) -> dict:
         out = {
             "schema": SCHEMA,
             "fingerprint": self.fingerprint,
-            "model": self.model,
-            "cluster": self.cluster,
-            "workload": self.workload,
-            "pipeline": self.pipeline,
+            "model": self.model.to_json(),
+            "cluster": self.cluster.to_json(),
+            "workload": self.workload.to_json(),
+            "pipeline": self.pipeline.to_json(),
             "stages": [{"index": s.index, "ranks": list(s.ranks), "layers": list(s.layers),
                         "chunks": [list(c) for c in s.ranges]} for s in self.stages],
             "layers": [{"index": l.index, "name": l.name, "stage": l.stage, "chunk": l.position,
@@ -116,10 +220,10 @@ class Plan:
         try:
             interleaved = int(dict(data["pipeline"]).get("virtual_stages", 1)) > 1  # else chunks are the stages
             plan = cls(
-                model=dict(data["model"]),
-                cluster=dict(data["cluster"]),
-                workload=dict(data["workload"]),
-                pipeline=dict(data["pipeline"]),
+                model=data["model"],
+                cluster=data["cluster"],
+                workload=data["workload"],
+                pipeline=data["pipeline"],
                 stages=[StagePlan(int(s["index"]), tuple(int(r) for r in s["ranks"]),
                                   (int(s["layers"][0]), int(s["layers"][1])),
                                   tuple((int(c[0]), int(c[1])) for c in s["chunks"]) if interleaved else ())
@@ -148,14 +252,14 @@ class Plan:
     def validate(self) -> None:
         """Structural checks a hand-edited plan must pass before anything runs it."""
         n = self.world_size
-        degree = int(self.pipeline["degree"])
+        degree = int(self.pipeline.degree)
         if degree != len(self.stages) or degree < 1:
             raise UniapError(f"pipeline degree {degree} but {len(self.stages)} stages listed")
         if n % degree:
             raise UniapError(f"pipeline degree {degree} does not divide the {n} devices")
-        if int(self.pipeline["micro_batches"]) < 1:
-            raise UniapError(f"micro_batches must be >= 1, got {self.pipeline['micro_batches']}")
-        schedule, v = self.pipeline.get("schedule"), self.virtual_stages
+        if int(self.pipeline.micro_batches) < 1:
+            raise UniapError(f"micro_batches must be >= 1, got {self.pipeline.micro_batches}")
+        schedule, v = self.pipeline.schedule, self.virtual_stages
         if schedule not in SCHEDULES:
             raise UniapError(f"unknown schedule {schedule!r} ({', '.join(SCHEDULES)})")
         if (schedule == INTERLEAVED) != (v > 1) or v < 1:
@@ -180,7 +284,7 @@ class Plan:
             if stage.index != i or first != expect or last < first:
                 raise UniapError(f"stage {i}: layers must be contiguous and ordered (got {first}..{last})")
             expect = last + 1
-        model_layers = int(self.model["layers"])
+        model_layers = int(self.model.layers)
         if len(self.layers) != model_layers:
             listed = {layer.index for layer in self.layers}
             missing = [u for u in range(model_layers) if u not in listed]
@@ -204,7 +308,7 @@ class Plan:
         if world_size != self.world_size:
             raise UniapError(f"plan is for {self.world_size} ranks but the world has {world_size}")
         if fingerprint(config, seq_len, world_size) != self.fingerprint:
-            raise UniapError(f"plan was made for model {self.model['name']!r}, not {config.name!r}")
+            raise UniapError(f"plan was made for model {self.model.name!r}, not {config.name!r}")
 
 
 FIRST_CONFIG_FIELDS = frozenset((

@@ -41,8 +41,8 @@ def describe(plan: Plan) -> str:
               for stage in plan.stages]
     pipe = plan.pipeline
     chunks = f"·v{plan.virtual_stages}" if plan.virtual_stages > 1 else ""
-    head = f"pp{pipe['degree']}{chunks} c={pipe['micro_batches']} {pipe['schedule']}: " if pipe["degree"] > 1 else \
-        f"c={pipe['micro_batches']}: "
+    head = f"pp{pipe.degree}{chunks} c={pipe.micro_batches} {pipe.schedule}: " if pipe.degree > 1 else \
+        f"c={pipe.micro_batches}: "
     return head + " | ".join(stages)
 
 
@@ -74,8 +74,8 @@ def print_prediction(plan: Plan, title: str, console: Console | None = None) -> 
     console.print(plan_table(plan, title))
     chunks = f" × {plan.virtual_stages} chunks" if plan.virtual_stages > 1 else ""
     bubble = pred.get("bubble_fraction")
-    console.print(f"pipeline: {pipe['degree']} stage(s){chunks}, {pipe['micro_batches']} micro-batch(es), "
-                  f"{pipe['schedule']}" + (f", idle share {bubble * 100:.1f}%" if bubble is not None else ""))
+    console.print(f"pipeline: {pipe.degree} stage(s){chunks}, {pipe.micro_batches} micro-batch(es), "
+                  f"{pipe.schedule}" + (f", idle share {bubble * 100:.1f}%" if bubble is not None else ""))
     if plan.engine is not None:
         console.print(f"engine: {plan.engine.label()}")
     console.print(f"iteration time: [bold]{fmt_time(pred['iteration_time_s'])}[/bold]   "

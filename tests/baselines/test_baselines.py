@@ -55,8 +55,8 @@ def test_megatron_grid_row_equals_uniap_estimate_of_its_configuration(results):
     body = [layer.strategy for layer in plan.layers if layer.name.startswith("block")]
     s = body[0]
     assert all(x == s for x in body)  # uniform
-    again = estimate_uniform(spec, clus, wl, tp=s.tp, pp=plan.pipeline["degree"], dp=s.dp, zero=s.zero,
-                             micro_batches=plan.pipeline["micro_batches"], recompute=s.recompute,
+    again = estimate_uniform(spec, clus, wl, tp=s.tp, pp=plan.pipeline.degree, dp=s.dp, zero=s.zero,
+                             micro_batches=plan.pipeline.micro_batches, recompute=s.recompute,
                              sequence_parallel=s.sp)
     assert again.predicted["iteration_time_s"] == pytest.approx(out["megatron-grid"].iteration_time_s, rel=1e-12)
     assert [layer.strategy for layer in again.layers] == [layer.strategy for layer in plan.layers]
@@ -80,7 +80,7 @@ def test_search_spaces(results):
     for name, zeros in (("dp", {0}), ("zero3", {3})):
         r = out[name]
         if r.fits:
-            assert r.plan.pipeline["degree"] == 1
+            assert r.plan.pipeline.degree == 1
             assert {layer.strategy.tp for layer in r.plan.layers} == {1}
             assert {layer.strategy.zero for layer in r.plan.layers} == (zeros if clus.devices > 1 else {0})
     g = out["galvatron"]

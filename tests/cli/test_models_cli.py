@@ -62,5 +62,5 @@ def test_every_decoder_family_plans(folder):
     # 8192 tokens: the sliding windows of Mistral, Gemma 2/3, Phi-3 and StarCoder2 bind.
     model = load_model(str(DATA / folder), seq_len=8192)
     plan = plan_search(model, load_cluster("a100-80g:1x8"), Workload(16, 8192, "bf16"), time_limit=20)
-    assert plan.model["parameters"] == model.parameters
+    assert plan.model.parameters == model.parameters
     assert plan.predicted["fits"] and plan.predicted["iteration_time_s"] > 0

@@ -84,7 +84,7 @@ def built_plan(tmp_path, model, strategy, chunks, schedule, v):
 def assert_builds(plan, model, flavor, rope, release):
     """torchtitan's model of the export: the modules the release names, the plan's parameters, the flavor's RoPE."""
     assert tuple(name for name, _ in model.named_children()) == TORCHTITAN_MODULES[release]
-    assert sum(p.numel() for p in model.parameters()) == plan.model["parameters"]
+    assert sum(p.numel() for p in model.parameters()) == plan.model.parameters
     assert rope == torchtitan_built(MODELS[plan.model_config().family].name, flavor)["rope"]
 
 
@@ -206,7 +206,7 @@ def test_torchtitan_0_2_reads_the_float8_experts(tmp_path):
 
     plan = moe_plan(QWEN3_MOE, S(8, 1, 3, ep=8), cluster="h100-80g:1x8")
     path = tmp_path / "job.toml"
-    path.write_text(export_plan(dataclasses.replace(plan, workload={**plan.workload, "precision": "fp8"}), "torchtitan"))
+    path.write_text(export_plan(dataclasses.replace(plan, workload=dataclasses.replace(plan.workload, precision="fp8")), "torchtitan"))
     config = manager.ConfigManager().parse_args(["--job.config_file", str(path)])
     assert config.model.converters == ["quantize.linear.float8", "quantize.grouped_mm.float8"]
     assert set(config.model.converters) <= set(_registry_model_converter_cls)

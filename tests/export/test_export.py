@@ -52,7 +52,7 @@ def test_export_round_trip(engine, model, strategy, chunks, c, schedule, v, prec
     assert (settings["tp"], settings["dp"], settings["pp"]) == (strategy.tp, strategy.dp, len(plan.stages))
     assert settings["micro_batches"] == c and settings["virtual_stages"] == v and settings["chunk_blocks"] == chunks
     assert settings["recompute"] == strategy.recompute and settings["zero"] == strategy.zero
-    assert settings["micro_batch_size"] * c * strategy.dp == plan.workload["global_batch"]
+    assert settings["micro_batch_size"] * c * strategy.dp == plan.workload.global_batch
     assert settings["schedule"] == (schedule if len(plan.stages) > 1 else None)
 
 

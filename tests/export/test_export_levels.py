@@ -133,14 +133,14 @@ def test_torchtitan_0_3_recipe_converts_as_the_plan_does():
 
 def test_torchtitan_fp8_moe_converts_the_experts():
     plan = moe_plan(QWEN3_MOE, S(8, 1, 3, ep=8), cluster=H100)
-    plan = dataclasses.replace(plan, workload={**plan.workload, "precision": "fp8"})
+    plan = dataclasses.replace(plan, workload=dataclasses.replace(plan.workload, precision="fp8"))
     toml = tomllib.loads(text := export_plan(plan, "torchtitan"))
     assert toml["model"]["converters"] == ["quantize.linear.float8", "quantize.grouped_mm.float8"]
     assert toml["quantize"] == {"linear": {"float8": {"filter_fqns": ["output", "router.gate"]}},
                                 "grouped_mm": {"float8": {"fqns": ["experts"]}}}
     assert read_torchtitan(text)["precision"] == "fp8"
     piped = dataclasses.replace(moe_plan(QWEN3_MOE, S(4, 1, 3, ep=4), chunk_blocks=(2, 2), cluster=H100),
-                                workload={**plan.workload, "precision": "fp8"})
+                                workload=dataclasses.replace(plan.workload, precision="fp8"))
     with pytest.raises(UniapError, match=r"^torchtitan cannot run this plan: its float8 MoE training "
                                          r"\(quantize.grouped_mm.float8, a prototype\) runs without pipeline"):
         export_plan(piped, "torchtitan")
@@ -180,13 +180,13 @@ def test_refusals_are_one_line(engine, strategy, chunks, precision, says):
 
 def test_sequences_split_as_each_engine_needs():
     plan = plan_of(S(2, 2, 1, "none", True, cp=2))
-    short = dataclasses.replace(plan, workload={**plan.workload, "seq_len": 66})  # not a multiple of 2 · cp
+    short = dataclasses.replace(plan, workload=dataclasses.replace(plan.workload, seq_len=66))  # not a multiple of 2 · cp
     with pytest.raises(UniapError, match=r"^megatron cannot run this plan: its sequences of dp2·cp2·tp2sp·z1 must "
                                          r"be a multiple of 4 tokens \(the plan has 66\)$"):
         export_plan(short, "megatron")
     titan = plan_of(S(2, 2, 3, "none", True, cp=2))
-    uneven = dataclasses.replace(titan, workload={**titan.workload, "seq_len": 68})  # 4 | 68, not tp · 2 · cp
-    assert export_plan(dataclasses.replace(plan, workload={**plan.workload, "seq_len": 68}), "megatron")
+    uneven = dataclasses.replace(titan, workload=dataclasses.replace(titan.workload, seq_len=68))  # 4 | 68, not tp · 2 · cp
+    assert export_plan(dataclasses.replace(plan, workload=dataclasses.replace(plan.workload, seq_len=68)), "megatron")
     with pytest.raises(UniapError, match=r"^torchtitan cannot run this plan: its sequences of dp2·cp2·tp2sp·z3 must "
                                          r"be a multiple of 8 tokens \(the plan has 68\)$"):
         export_plan(uneven, "torchtitan")

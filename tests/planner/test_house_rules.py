@@ -57,3 +57,21 @@ def test_a_plan_without_its_last_layer_names_what_is_missing(tmp_path):
         Plan.from_json(data).validate()
     layers = len(data["layers"])
     assert str(err.value) == f"the plan lists {layers} layers but its model has {layers + 1} (missing: {layers})"
+
+
+def test_plan_sections_are_typed_frozen_and_refuse_unknown_fields():
+    import dataclasses
+
+    done = subprocess.run([str(UNIAP), "estimate", "-m", "tiny-gpt", "-c", "cpu:1x4", "-b", "8", "--pp", "2",
+                           "--format", "json"], capture_output=True, text=True, check=True)
+    data = json.loads(done.stdout)
+    plan = Plan.from_json(data)
+    assert (plan.pipeline.degree, plan.workload.global_batch, plan.cluster.devices) == (2, 8, 4)
+    assert Plan.from_json(plan.to_json()).to_json() == plan.to_json()  # the JSON round-trips
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.pipeline.degree = 4
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.predicted = {}
+    data["pipeline"]["micro_batch"] = 2  # a typo of micro_batches
+    with pytest.raises(UniapError, match=r"unknown pipeline field\(s\) \['micro_batch'\]"):
+        Plan.from_json(data)

@@ -110,7 +110,7 @@ def test_render_report_with_a_run(plan, tmp_path):
     assert "measured, per micro-batch" in text and "measured peak memory" in text and "4.20 GB" in text
     assert "measured / predicted" in text
     # a run's stage time adds up the step's micro-batches: shown per micro-batch next to the prediction
-    c = plan.pipeline["micro_batches"]
+    c = plan.pipeline.micro_batches
     assert f"{0.12 / c * 1e3:.2f} ms" in text
     assert len(_images(text)) == 4
     for bad, msg in (({"stage_time_s": [1.0]}, "expected 2"), ({"iteration_time_s": -1}, "positive"),
@@ -122,7 +122,7 @@ def test_render_report_with_a_run(plan, tmp_path):
 def test_report_without_a_loadable_cluster_uses_the_plan(plan, tmp_path):
     from dataclasses import replace
 
-    other = replace(plan, cluster={**plan.cluster, "name": "my-yaml-cluster"})
+    other = replace(plan, cluster=replace(plan.cluster, name="my-yaml-cluster"))
     fig = recost(other)
     assert "not re-costed" in fig.note and fig.p == pytest.approx(plan.predicted["stage_time_s"])
     assert render_report(other, tmp_path / "r.html").exists()
@@ -152,7 +152,7 @@ def test_plan_digest_tells_two_plans_of_one_model_apart(plan):
 
     from uniap.report.render import plan_digest
 
-    other = replace(plan, pipeline={**plan.pipeline, "micro_batches": plan.pipeline["micro_batches"] * 2})
+    other = replace(plan, pipeline=replace(plan.pipeline, micro_batches=plan.pipeline.micro_batches * 2))
     assert other.fingerprint == plan.fingerprint and plan_digest(other) != plan_digest(plan)
 
 

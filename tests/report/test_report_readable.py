@@ -177,7 +177,7 @@ def test_memory_panel_units_reserve_and_headroom(plan, tmp_path):
     assert fig.peak == pytest.approx(plan.predicted["peak_memory_bytes"], abs=1)
     recosted_page = report_html(plan, fig)
     assert "usable" not in recosted_page and "framework reserve" in recosted_page
-    other = replace(plan, cluster={**plan.cluster, "name": "my-yaml-cluster"})
+    other = replace(plan, cluster=replace(plan.cluster, name="my-yaml-cluster"))
     fallback = recost(other)  # from the plan file: the reserve inside the peak, both against the whole device
     assert fallback.peak == pytest.approx(fig.peak, abs=1) and fallback.device == fig.device
     assert fallback.reserve is None and fallback.states is None
@@ -217,7 +217,7 @@ def test_per_chunk_and_per_layer_figures_come_from_the_cost_tables(interleaved):
     for j, t in enumerate(fig.chunk_p):  # every chunk's time, in its stage's row
         assert re.search(rf"c{j}: [^,]+, {t * 1e3:.2f} ms", page)
     assert np.allclose([sum(fig.chunk_p[i::P]) for i in range(P)], fig.p)
-    model = build_layers(interleaved.model_config(), int(interleaved.model["seq_len"]))
+    model = build_layers(interleaved.model_config(), int(interleaved.model.seq_len))
     program, _, strategy_of = cost_plan(interleaved, model, load_cluster("a100-40g:1x4"))
     assert len(fig.layers) == len(interleaved.layers)
     for i in range(P):  # the layers' model states and activations add up to their stage's

@@ -43,7 +43,7 @@ def test_local_part_cuts_rows_then_cp_chunks_then_sp_slices():
 @pytest.mark.parametrize("name", list(context_plans()))
 def test_context_parallel_and_selective_recompute_match_one_process(two_rank_results, name):
     check = two_rank_results[name]["check"]
-    tol = precision_of(context_plans()[name].workload["precision"]).check_tolerance  # fp32: 1e-5
+    tol = precision_of(context_plans()[name].workload.precision).check_tolerance  # fp32: 1e-5
     assert check["max_rel_loss_diff"] <= tol.loss and check["max_rel_param_diff"] <= tol.params, check
 
 
@@ -69,7 +69,7 @@ def test_cp_on_an_moe_block_is_refused():
 
 def test_fp8_is_refused_before_anything_is_launched(tmp_path, cli):
     plan = uniform_plan(GPT, 4, dp=4)
-    plan = dataclasses.replace(plan, workload={**plan.workload, "precision": "fp8"})
+    plan = dataclasses.replace(plan, workload=dataclasses.replace(plan.workload, precision="fp8"))
     path = tmp_path / "fp8.json"
     plan.save(path)
     proc = cli("run", "--plan", str(path), "--nproc", "4", check=False)

@@ -185,9 +185,9 @@ def test_plan_takes_a_transformers_config_or_model_and_carries_its_config(tmp_pa
     by_config = uniap.plan(config, cluster="cpu:1x4", global_batch=BATCH, seq_len=SEQ)
     by_model = uniap.plan(LlamaForCausalLM(config), cluster="cpu:1x4", global_batch=BATCH, seq_len=SEQ)
     assert {**by_config.to_json(), "search": None} == {**by_model.to_json(), "search": None}
-    assert by_config.model["hf_config"]["model_type"] == "llama"
+    assert by_config.model.hf_config["model_type"] == "llama"
     by_config.save(tmp_path / "plan.json")
-    assert uniap.Plan.load(tmp_path / "plan.json").model["hf_config"] == by_config.model["hf_config"]
+    assert uniap.Plan.load(tmp_path / "plan.json").model.hf_config == by_config.model.hf_config
     check_plan(by_config, 4, "transformers")  # runnable on transformers as it is
     with pytest.raises(uniap.UniapError, match="time limit must be a positive number of seconds, got -1"):
         uniap.plan(config, cluster="cpu:1x4", global_batch=BATCH, seq_len=SEQ, time_limit=-1)

@@ -21,14 +21,14 @@ def test_plan_matches_one_process(equality_results, name):
     assert all(math.isfinite(l) for l in res["losses"])
     check = res["check"]
     assert check is not None
-    precision = plan.workload["precision"]
+    precision = plan.workload.precision
     tol = precision_of(precision).check_tolerance
     assert res["precision"] == precision
     assert check["max_rel_loss_diff"] <= tol.loss, check
     assert check["max_rel_param_diff"] <= tol.params, check
     assert check["within_tolerance"]
     # measurements are present and shaped by the plan
-    assert len(res["stage_time_s"]) == plan.pipeline["degree"]
+    assert len(res["stage_time_s"]) == plan.pipeline.degree
     assert all(t is not None and t > 0 for t in res["stage_time_s"])
     assert res["iteration_time_s"] > 0
     assert len(res["peak_memory_bytes"]) == 4 and all(m > 0 for m in res["peak_memory_bytes"])
@@ -85,8 +85,8 @@ def test_fp16_runs_with_a_loss_scale(equality_results):
 
 def _predicted_bytes(plan, parts) -> float:
     """The cost model's bytes per rank (`parts`: static and/or activations) of a one-stage plan, one micro-batch."""
-    model = build_layers(plan.model_config(), int(plan.model["seq_len"]))
-    precision, samples = plan.workload["precision"], plan.workload["global_batch"]
+    model = build_layers(plan.model_config(), int(plan.model.seq_len))
+    precision, samples = plan.workload.precision, plan.workload.global_batch
     total = 0.0
     for spec, layer in zip(model.layers, plan.layers):
         s = layer.strategy

@@ -45,7 +45,7 @@ class BaselineResult:
     def throughput_samples_per_s(self) -> float | None:
         if self.plan is None or self.iteration_time_s is None:
             return None
-        return int(self.plan.workload["global_batch"]) / self.iteration_time_s
+        return int(self.plan.workload.global_batch) / self.iteration_time_s
 
 
 @dataclass

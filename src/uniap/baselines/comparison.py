@@ -72,7 +72,7 @@ def run_uniap(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, sch
     search = (plan.search or {}) if plan is not None else {}
     config = ""
     if plan is not None:
-        config = f"pp{plan.pipeline['degree']} c{plan.pipeline['micro_batches']} MIQP"
+        config = f"pp{plan.pipeline.degree} c{plan.pipeline.micro_batches} MIQP"
         if search.get("optimal"):
             config += " (optimal)"
         elif search.get("gap") is not None:

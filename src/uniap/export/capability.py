@@ -118,7 +118,7 @@ def job_of(plan: Plan) -> EngineJob:
     decoder = len(names) >= 3 and names[0] == "embed" and names[-1] == "head" and \
         all(name.startswith("block.") for name in names[1:-1])
     if not decoder:
-        raise UniapError(f"export handles chains of embedding, blocks and head; {plan.model['name']} is not one")
+        raise UniapError(f"export handles chains of embedding, blocks and head; {plan.model.name} is not one")
     blocks, config = plan.layers[1:-1], plan.model_config()
     moe = moe_blocks(config)
     shared = next((layer.strategy for i, layer in enumerate(blocks) if i in moe), blocks[0].strategy)
@@ -154,19 +154,19 @@ def job_of(plan: Plan) -> EngineJob:
     for j in range(pp * v):
         first, last = plan.stages[j % pp].ranges[j // pp]
         chunks.append(sum(1 for u in range(first, last + 1) if names[u].startswith("block.")))
-    global_batch = int(plan.workload["global_batch"])
-    micro_batches = int(plan.pipeline["micro_batches"])
+    global_batch = int(plan.workload.global_batch)
+    micro_batches = int(plan.pipeline.micro_batches)
     if global_batch % (micro_batches * shared.dp):
         raise UniapError(f"global batch {global_batch} does not split into {micro_batches} micro-batches over dp "
                          f"{shared.dp}")
     return EngineJob(
-        model=str(plan.model["name"]), config=config, world=plan.world_size,
-        devices_per_node=int(plan.cluster.get("devices_per_node", plan.world_size)), tp=shared.tp, dp=shared.dp, pp=pp,
+        model=str(plan.model.name), config=config, world=plan.world_size,
+        devices_per_node=int(plan.cluster.devices_per_node or plan.world_size), tp=shared.tp, dp=shared.dp, pp=pp,
         zero=shared.zero, sp=shared.sp, ep=shared.ep, etp=shared.etp, recompute=shared.recompute, cp=shared.cp,
         global_batch=global_batch,
         micro_batches=micro_batches, micro_batch_size=global_batch // (micro_batches * shared.dp),
-        seq_len=int(plan.workload["seq_len"]), precision=str(plan.workload["precision"]),
-        schedule=str(plan.pipeline["schedule"]), virtual_stages=v, chunk_blocks=tuple(chunks))
+        seq_len=int(plan.workload.seq_len), precision=str(plan.workload.precision),
+        schedule=str(plan.pipeline.schedule), virtual_stages=v, chunk_blocks=tuple(chunks))
 
 
 def _differs(runs: Strategy, expected: Strategy) -> str:

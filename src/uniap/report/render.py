@@ -69,8 +69,8 @@ def recost(plan: Plan, cluster: ClusterSpec | str | None = None) -> Figures:
     from uniap.spec.families import build_layers
 
     try:
-        model = build_layers(plan.model_config(), int(plan.model["seq_len"]))
-        clus = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster or str(plan.cluster["name"]))
+        model = build_layers(plan.model_config(), int(plan.model.seq_len))
+        clus = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster or str(plan.cluster.name))
         if plan.engine is not None and not isinstance(cluster, ClusterSpec):
             clus = replace(clus, engine=plan.engine)  # as the plan was costed (estimate --plan does the same)
         if clus.devices != plan.world_size:
@@ -83,7 +83,7 @@ def recost(plan: Plan, cluster: ClusterSpec | str | None = None) -> Figures:
     states = stage_times(replace(program, inflight=np.zeros_like(program.inflight), held=None), stage_of,
                          strategy_of).memory
     reserve = float(clus.device.reserve_bytes)
-    micro = workload_of(plan).global_batch / int(plan.pipeline["micro_batches"])
+    micro = workload_of(plan).global_batch / int(plan.pipeline.micro_batches)
     layers = [LayerFigures(flops=spec.flops * micro, params=spec.params, time=float(program.A[u, k]),
                            once=float(program.G[u, k]), states=float(program.Ms[u, k]),
                            activations=float(program.Ma[u, k] * times.held[j]), held=float(times.held[j]))
@@ -138,20 +138,20 @@ def check_run(run: dict | None, plan: Plan) -> dict | None:
     if t is not None and (not isinstance(t, (int, float)) or isinstance(t, bool) or not t > 0):
         raise UniapError(f"run: iteration_time_s must be a positive number, got {t!r}")
     per_step = _per_stage(run.get("stage_time_s"), plan, "stage_time_s")
-    c = int(plan.pipeline["micro_batches"])  # a run's stage time adds up every micro-batch of a step
+    c = int(plan.pipeline.micro_batches)  # a run's stage time adds up every micro-batch of a step
     return {"iteration_time_s": None if t is None else float(t),
             "stage_time_s": None if per_step is None else [x / c for x in per_step],
             "peak_memory_bytes": _per_stage(run.get("peak_memory_bytes"), plan, "peak_memory_bytes")}
 
 
 def timeline_boxes(plan: Plan, fig: Figures) -> list[Box]:
-    return simulate(str(plan.pipeline["schedule"]), fig.chunk_p or fig.p, fig.o, fig.g,
-                    int(plan.pipeline["micro_batches"]), plan.virtual_stages)
+    return simulate(str(plan.pipeline.schedule), fig.chunk_p or fig.p, fig.o, fig.g,
+                    int(plan.pipeline.micro_batches), plan.virtual_stages)
 
 
 def _panels(plan: Plan, fig: Figures, measured: dict | None, boxes: list[Box]):
     """(name, draw(figure, slot)) of every panel."""
-    P, c, schedule = len(plan.stages), int(plan.pipeline["micro_batches"]), str(plan.pipeline["schedule"])
+    P, c, schedule = len(plan.stages), int(plan.pipeline.micro_batches), str(plan.pipeline.schedule)
     stage_of = np.array([layer.position for layer in plan.layers])  # chunk boundaries under interleaving
     labels = [layer.strategy.label() for layer in plan.layers]
     names = [layer.name for layer in plan.layers]
@@ -176,7 +176,7 @@ def panel_images(plan: Plan, fig: Figures, measured: dict | None = None,
                  boxes: list[Box] | None = None) -> dict[str, bytes]:
     """Each panel as its own SVG."""
     boxes = timeline_boxes(plan, fig) if boxes is None else boxes
-    sizes = {"timeline": (11.0, _timeline_height(len(plan.stages), boxes, int(plan.pipeline["micro_batches"]))),
+    sizes = {"timeline": (11.0, _timeline_height(len(plan.stages), boxes, int(plan.pipeline.micro_batches))),
              "strategies": (11.0, 2.6), "memory": (5.4, 3.2), "stage-times": (5.4, 3.2)}
     out = {}
     for name, draw in _panels(plan, fig, measured, boxes):
@@ -189,7 +189,7 @@ def panel_images(plan: Plan, fig: Figures, measured: dict | None = None,
 def one_page_png(plan: Plan, fig: Figures, measured: dict | None = None, boxes: list[Box] | None = None) -> bytes:
     """All panels on one page: timeline, strategy map, then memory and stage times side by side."""
     boxes = timeline_boxes(plan, fig) if boxes is None else boxes
-    top = _timeline_height(len(plan.stages), boxes, int(plan.pipeline["micro_batches"]))
+    top = _timeline_height(len(plan.stages), boxes, int(plan.pipeline.micro_batches))
     f = figures.new_figure(11.0, top + 2.8 + 3.4)
     f.suptitle(_title(plan), fontsize=11, fontweight="bold")
     warning = mismatch_headline(fig, boxes)
@@ -249,7 +249,7 @@ pre{margin:0;font-family:inherit;white-space:pre-wrap}pre.nw{white-space:pre}
 
 
 def _title(plan: Plan) -> str:
-    return f"uniap plan: {plan.model.get('name', '?')} on {plan.cluster.get('name', '?')}"
+    return f"uniap plan: {plan.model.name} on {plan.cluster.name}"
 
 
 def plan_digest(plan: Plan) -> str:
@@ -318,14 +318,14 @@ def _summary(plan: Plan, fig: Figures, boxes: list[Box], measured: dict | None) 
     idle = pred.get("bubble_fraction")
     idle_text = f"; predicted idle share {idle * 100:.1f}% (bubbles and sync)" if idle is not None else ""
     rows = [
-        ("model", f"{plan.model.get('name')} — {len(plan.layers)} layers, "
-                  f"{_parameters(int(plan.model.get('parameters', 0)))} parameters, "
-                  f"sequence {plan.model.get('seq_len')}"),
-        ("cluster", f"{plan.cluster.get('name')} — {plan.cluster.get('nodes')} node(s) × "
-                    f"{plan.cluster.get('devices_per_node')} device(s)"),
-        ("workload", f"global batch {wl.get('global_batch')}, {wl.get('precision')}"),
-        ("pipeline", f"{pipe['degree']} stage(s){chunks}, {pipe['micro_batches']} micro-batch(es), "
-                     f"{pipe['schedule']}{idle_text}"),
+        ("model", f"{plan.model.name} — {len(plan.layers)} layers, "
+                  f"{_parameters(int(plan.model.parameters))} parameters, "
+                  f"sequence {plan.model.seq_len}"),
+        ("cluster", f"{plan.cluster.name} — {plan.cluster.nodes} node(s) × "
+                    f"{plan.cluster.devices_per_node} device(s)"),
+        ("workload", f"global batch {wl.global_batch}, {wl.precision}"),
+        ("pipeline", f"{pipe.degree} stage(s){chunks}, {pipe.micro_batches} micro-batch(es), "
+                     f"{pipe.schedule}{idle_text}"),
         ("predicted iteration time", _fmt_time(fig.tpi)),
     ]
     compared = simulated_ratio(fig, boxes)
@@ -452,9 +452,9 @@ def _comparison(plan: Plan, fig: Figures, boxes: list[Box], other: Plan, other_f
         simulated = None if compared is None else compared[0]
         samples = pred.get("samples_per_s")
         return {
-            "model": (f"{p.model.get('name')}, sequence {p.model.get('seq_len')}", None),
-            "cluster": (f"{p.cluster.get('name')} ({p.world_size} devices)", None),
-            "pipeline": (f"pp{pipe['degree']}{chunks}, c = {pipe['micro_batches']}, {pipe['schedule']}", None),
+            "model": (f"{p.model.name}, sequence {p.model.seq_len}", None),
+            "cluster": (f"{p.cluster.name} ({p.world_size} devices)", None),
+            "pipeline": (f"pp{pipe.degree}{chunks}, c = {pipe.micro_batches}, {pipe.schedule}", None),
             "strategies": (", ".join(dict.fromkeys(layer.strategy.label() for layer in p.layers)), None),
             "predicted iteration time": (_fmt_time(f.tpi), f.tpi),
             "simulated timeline": (_fmt_time(simulated), simulated),
@@ -515,7 +515,7 @@ def _html(plan: Plan, fig: Figures, measured: dict | None, images: dict[str, byt
 <p class="note">Built from the cost model's time p of one micro-batch per stage (per chunk under interleaving;
 forward ≈ p/3, backward ≈ 2p/3, recomputation inside the backward), the boundary send times (half for the
 activation, half for its gradient) and each stage's once-per-iteration gradient sync and optimizer step, by
-simulating the {e(str(plan.pipeline['schedule']))} order. Grey hatched: idle time (bubbles).{chunk_line} The
+simulating the {e(str(plan.pipeline.schedule))} order. Grey hatched: idle time (bubbles).{chunk_line} The
 dashed line is the cost model's predicted iteration time{e(run_line)}. The simulation runs each stage's own
 operation order, while the predicted time is the cost model's formula: they agree closely on balanced stages and
 chunks. {e(agree)} A pipeline of more than {figures.COLLAPSE_ABOVE} forward and backward boxes is drawn as its fill

@@ -55,7 +55,7 @@ def check_plan(plan: Plan, world_size: int, impl: str = "uniap") -> RunShape:
     """`impl`: the model the plan runs on, "uniap" (our decoder) or "transformers" (`hf.py`)."""
     plan.validate()
     config = plan.model_config()
-    seq_len = int(plan.model["seq_len"])
+    seq_len = int(plan.model.seq_len)
     plan.check_matches(config, seq_len, world_size)
     if impl == "transformers":
         from uniap.runtime.hf import check_hf_plan
@@ -67,7 +67,7 @@ def check_plan(plan: Plan, world_size: int, impl: str = "uniap") -> RunShape:
     if [l.name for l in plan.layers] != names:
         raise UniapError(f"plan's layer chain does not match a {config.family} decoder with {config.layers} blocks "
                          f"(expected {names[0]}, {names[1]}, …, {names[-1]})")
-    wl_seq = int(plan.workload.get("seq_len", seq_len))
+    wl_seq = int(plan.workload.seq_len)
     if wl_seq != seq_len:
         raise UniapError(f"workload seq_len {wl_seq} differs from the model's seq_len {seq_len}")
     if config.learned_positions and seq_len > config.max_seq:
@@ -76,8 +76,8 @@ def check_plan(plan: Plan, world_size: int, impl: str = "uniap") -> RunShape:
     if len(sizes) != 1:
         raise UniapError(f"all pipeline stages must have the same number of ranks, got {sorted(sizes)}")
     stage_size = sizes.pop()
-    gb = int(plan.workload["global_batch"])
-    c = int(plan.pipeline["micro_batches"])
+    gb = int(plan.workload.global_batch)
+    c = int(plan.pipeline.micro_batches)
     if gb < 1 or gb % c:
         raise UniapError(f"global batch {gb} does not split into {c} micro-batches")
     mb = gb // c
@@ -107,11 +107,11 @@ def check_plan(plan: Plan, world_size: int, impl: str = "uniap") -> RunShape:
             for what, size in need.items():
                 if size % st.tp:
                     raise UniapError(f"layer {layer.name}: tp {st.tp} does not divide {what} {size}")
-    precision = precision_of(str(plan.workload.get("precision", "fp32"))).name
+    precision = precision_of(str(plan.workload.precision)).name
     _check_experts(plan, config, precision)
     engine = plan.engine
-    pp = int(plan.pipeline["degree"])
-    schedule = str(plan.pipeline["schedule"])
+    pp = int(plan.pipeline.degree)
+    schedule = str(plan.pipeline.schedule)
     if schedule == "1f1b" and c < pp:
         schedule = "gpipe"  # 1F1B with fewer micro-batches than stages is GPipe's order anyway
     if plan.virtual_stages > 1 and c % pp:

@@ -108,7 +108,7 @@ def hf_config_of(plan) -> dict:
     """The Hugging Face config a plan's model was read from (a zoo model of the gpt2 or llama family: its own)."""
     from uniap.spec.hf import zoo_hf_config
 
-    return plan.model.get("hf_config") or zoo_hf_config(plan.model_config())
+    return plan.model.hf_config or zoo_hf_config(plan.model_config())
 
 
 def check_hf_plan(plan, config) -> None:

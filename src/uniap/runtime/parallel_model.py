@@ -116,11 +116,11 @@ def parallelize(model: nn.Module, plan: Plan | str, *, sync_weights: bool = True
         raise UniapError(f"parallelize takes a transformers PreTrainedModel, not {type(model).__name__}")
     hf = json.loads(config.to_json_string(use_diff=False))
     ours = read_hf_dict(hf, hf.get("_name_or_path") or type(model).__name__)
-    plan.check_matches(ours, int(plan.model["seq_len"]), plan.world_size)
+    plan.check_matches(ours, int(plan.model.seq_len), plan.world_size)
     ctx = init_distributed(timeout_s)
     plan = _rank0s(plan)
-    plan.check_matches(ours, int(plan.model["seq_len"]), ctx.world)
-    shape = check_plan(replace(plan, model={**plan.model, "hf_config": hf}), ctx.world, "transformers")
+    plan.check_matches(ours, int(plan.model.seq_len), ctx.world)
+    shape = check_plan(replace(plan, model=replace(plan.model, hf_config=hf)), ctx.world, "transformers")
     model = model.to(device=ctx.device, dtype=torch.float32)  # fp32 master weights; the plan's precision computes
     if sync_weights:
         with torch.no_grad():

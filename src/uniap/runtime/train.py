@@ -204,7 +204,7 @@ def train_job(job: TrainingJob, ctx: Context, after_step: Callable[[int], None] 
             ckpt.save(ck_dir, step + 1, built.module, optimizer,
                       {"model": shape.config.name, "arch": arch_id(shape), "seed": seed, "lr": lr, "data": data,
                        "optimizer": opt_kind,
-                       "plan_pipeline": shape.plan.pipeline})
+                       "plan_pipeline": shape.plan.pipeline.to_json()})
         if after_step is not None:
             after_step(step)
 
