@@ -65,6 +65,7 @@ def local_cluster(nproc: int):
 
 def comparison_plans(config: ModelConfig, world: int, global_batch: int, seq_len: int) -> dict:
     """Hand-written plans spanning the space: name -> Plan (runtime.plans.uniform_plan)."""
+    from uniap.runtime.checks import check_plan
     from uniap.runtime.plans import uniform_plan
 
     L = config.layers
@@ -75,7 +76,9 @@ def comparison_plans(config: ModelConfig, world: int, global_batch: int, seq_len
         pieces = args.get("pp", 1) * args.get("virtual_stages", 1)  # stages, or chunks when interleaved
         try:
             split = megatron_split(config, seq_len, pieces)
-            out[name] = uniform_plan(config, world, stage_layers=split, **{**kw, **args})
+            plan = uniform_plan(config, world, stage_layers=split, **{**kw, **args})
+            check_plan(plan, world)  # e.g. a micro-batch too small for the plan's dp
+            out[name] = plan
         except UniapError:
             pass  # not expressible on this world size / model (e.g. tp not dividing heads)
 
@@ -184,6 +187,7 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
     instead of measuring one. comparisons: run only the first N hand-written plans that differ from the chosen
     one. progress(done, total, what) reports the profiling; say(text) the stages.
     """
+    from uniap.models.decoder import check_supported
     from uniap.planner import plan_search
     from uniap.profile.calibration import calibrate
     from uniap.profile.collect import Profiling, default_nproc
@@ -195,6 +199,9 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
     say = say or (lambda text: None)
     nproc = default_nproc() if nproc is None else int(nproc)
     _check_counts(nproc, steps, rounds)
+    check_supported(config)  # a model the runtime trains, refused in one line before anything is spawned
+    if config.learned_positions and seq_len > config.max_seq:
+        raise UniapError(f"--seq-len {seq_len} exceeds {config.name}'s {config.max_seq} learned positions")
     chunks = passes_before_rounds(passes, rounds) if profile_path is None else [0] * rounds
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

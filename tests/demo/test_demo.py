@@ -1,6 +1,10 @@
 """profile -> calibrated plan -> run, end to end at a tiny size (two short torchrun launches, 2 ranks)."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +110,24 @@ def test_demo_rejects_bad_input_before_spawning(tmp_path):
         run_demo(tmp_path, passes=0)
     with pytest.raises(UniapError, match="cannot read profile"):
         run_demo(tmp_path, profile_path=tmp_path / "missing.json")
+
+
+def test_demo_runs_another_model_a_llama_with_grouped_query_attention(tmp_path):
+    """`uniap demo --model M`: a llama-family config.json with GQA (2 kv heads for 4 query heads), end to end."""
+    config = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 128, "max_position_embeddings": 64}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    done = subprocess.run([str(Path(sys.executable).with_name("uniap")), "demo", "--model", str(tmp_path / "config.json"),
+                           "--seq-len", "16", "--global-batch", "4", "--nproc", "2", "--steps", "3", "--rounds", "1",
+                           "--reps", "1", "--passes", "1", "--out-dir", str(tmp_path / "out"), "--format", "json"],
+                          capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["model"]["config"]["kv_heads"] == 2 and result["model"]["seq_len"] == 16
+    assert len(result["rows"]) >= 5 and all(r["measured_s"] > 0 and r["predicted_s"] > 0 for r in result["rows"])
+
+
+def test_demo_refuses_a_model_the_runtime_does_not_train(tmp_path):
+    done = subprocess.run([str(Path(sys.executable).with_name("uniap")), "demo", "--model", "bert-large",
+                           "--out-dir", str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "bert" in done.stderr, done.stderr

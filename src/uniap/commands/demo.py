@@ -61,6 +61,10 @@ def summary_lines(result: dict) -> list[str]:
 
 def demo_command(
     out_dir: str = typer.Option("out/demo", "--out-dir", help="Folder for the profile, plans, figure and demo.json."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Zoo name or config.json of the model (default: "
+                                        "the demo's GPT, 4 blocks of hidden 256); the runtime's decoder families."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", help="Tokens per sequence (default: 64)."),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch", "-b", help="Sequences per step (default: 16)."),
     nproc: Optional[int] = typer.Option(None, "--nproc", help="Local ranks: the GPUs over NCCL, else 4 CPU processes "
                                                              "over gloo."),
     steps: int = typer.Option(8, "--steps", help="Training steps per plan and round (the first 2 are a warm-up)."),
@@ -73,9 +77,13 @@ def demo_command(
     time_limit: Optional[float] = typer.Option(60.0, "--time-limit", help="Seconds for the plan search."),
     fmt: Fmt = FMT,
 ) -> None:
-    """Profile a small GPT on local ranks, plan it, run the chosen plan and 12 others, report predicted vs measured."""
+    """Profile a small GPT (or --model) on local ranks, plan it, run the chosen plan and 12 others, report predicted
+    vs measured."""
     from uniap.commands.profile import progress_bar
-    from uniap.demo import run_demo
+    from uniap.demo import DEMO_BATCH, DEMO_MODEL, DEMO_SEQ, run_demo
+    from uniap.spec import load_model
+
+    config = DEMO_MODEL if model is None else load_model(model).config
 
     err = Console(stderr=True)
     bar, update = progress_bar(err)
@@ -87,7 +95,8 @@ def demo_command(
 
     with bar:
         result = run_demo(out_dir, nproc=nproc, steps=steps, rounds=rounds, reps=reps, passes=passes,
-                          profile_path=profile, time_limit=time_limit, progress=update, say=say)
+                          profile_path=profile, time_limit=time_limit, progress=update, say=say, config=config,
+                          seq_len=seq_len or DEMO_SEQ, global_batch=global_batch or DEMO_BATCH)
     if fmt is Fmt.json:
         emit_json(result)
         return
