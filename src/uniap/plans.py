@@ -61,12 +61,15 @@ def _section(cls, data, what: str):
     return cls(**data)
 
 
-def _without_none(section) -> dict:
-    return {k: v for k, v in asdict(section).items() if v is not None}
+class _Section:
+    """A plan section's JSON: its fields, those left None omitted (plans without them stay as they were)."""
+
+    def to_json(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 @dataclass(frozen=True)
-class ModelSection:
+class ModelSection(_Section):
     """The model a plan is for."""
 
     name: str
@@ -82,12 +85,9 @@ class ModelSection:
     hf_config: dict | None = None
     """The Hugging Face config it was read from, if any (`uniap run --impl transformers` builds its class)."""
 
-    def to_json(self) -> dict:
-        return _without_none(self)
-
 
 @dataclass(frozen=True)
-class ClusterSection:
+class ClusterSection(_Section):
     """The devices a plan is for."""
 
     name: str
@@ -101,12 +101,9 @@ class ClusterSection:
     engine: dict | None = None
     """The engine the plan was costed under ({kernels, attention, ...}; None in plans older than the setting)."""
 
-    def to_json(self) -> dict:
-        return _without_none(self)
-
 
 @dataclass(frozen=True)
-class WorkloadSection:
+class WorkloadSection(_Section):
     """What one iteration trains."""
 
     global_batch: int
@@ -118,12 +115,9 @@ class WorkloadSection:
     expert_imbalance: float | None = None
     """Tokens of the busiest expert over the mean (MoE models; None: none recorded)."""
 
-    def to_json(self) -> dict:
-        return _without_none(self)
-
 
 @dataclass(frozen=True)
-class PipelineSection:
+class PipelineSection(_Section):
     """How the stages run."""
 
     degree: int
@@ -134,9 +128,6 @@ class PipelineSection:
     """gpipe, 1f1b or interleaved-1f1b."""
     virtual_stages: int = 1
     """Chunks per stage v (interleaved 1F1B; 1 otherwise)."""
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 _SECTIONS = {"model": ModelSection, "cluster": ClusterSection, "workload": WorkloadSection,
