@@ -171,7 +171,6 @@ def train_job(job: TrainingJob, ctx: Context, after_step: Callable[[int], None] 
             first_step = resumed_from = found[0]
     reset_peak_memory(device)
 
-    counts_loss = model.counts_loss()
     losses, step_times, compute_times, static_peak = [], [], [], 0
     for step in range(first_step, steps):
         x, y = data_mod.batch(step, shape.global_batch, shape.seq_len, shape.config.vocab, seed, data)
@@ -191,15 +190,10 @@ def train_job(job: TrainingJob, ctx: Context, after_step: Callable[[int], None] 
             static_peak = max(static_peak, static_bytes(built.module, optimizer))
         optimizer.zero_grad(set_to_none=True)
         compute_times.append(runner.timer.take())
-        # the head's loss share (one rank per tp group) and every rank's MoE load-balancing shares
-        stats = torch.tensor([(local if counts_loss else 0.0) + take_aux_losses(built.module), elapsed],
-                             dtype=torch.float64)
-        loss_t = stats[:1].clone().to(device)
-        dist.all_reduce(loss_t)
-        time_t = stats[1:].clone().to(device)
-        dist.all_reduce(time_t, op=dist.ReduceOp.MAX)
-        losses.append(float(loss_t.item()))
-        step_times.append(float(time_t.item()))
+        losses.append(model.global_loss(local))  # the head's share (one rank per tp group) and the MoE losses
+        slowest = torch.tensor([elapsed], dtype=torch.float64, device=device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        step_times.append(float(slowest.item()))
         if ck_every and (step + 1) % ck_every == 0:
             ckpt.save(ck_dir, step + 1, built.module, optimizer,
                       {"model": shape.config.name, "arch": arch_id(shape), "seed": seed, "lr": lr, "data": data,
