@@ -117,13 +117,13 @@ def cost_cluster(world: int, profile: str | None):
 def walked_activations(plan, per_micro: list[float]) -> list[float]:
     """Per stage: the peak of the chunks' activation bytes held through the stage's operation order (a chunk's
     per-micro-batch bytes added at each of its forwards, released at its backward)."""
-    from uniap.spec.workload import interleaved_order
+    from uniap.schedules import INTERLEAVED_1F1B
 
     P, c, v = len(plan.stages), int(plan.pipeline.micro_batches), plan.virtual_stages
     out = []
     for stage in range(P):
         current = peak = 0.0
-        for kind, j, _m in interleaved_order(stage, P, c, v):
+        for kind, j, _m in INTERLEAVED_1F1B.order(stage, P, c, v):
             current += per_micro[j] if kind == "F" else -per_micro[j]
             peak = max(peak, current)
         out.append(peak)

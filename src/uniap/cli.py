@@ -127,7 +127,7 @@ def estimate(
     recompute: Recompute = typer.Option(Recompute.none, "--recompute", help="Activation recomputation of the blocks."),
     schedule: Schedule = SCHED,
     virtual_stages: int = typer.Option(1, "--virtual-stages", help="Chunks per pipeline stage for --schedule "
-                                       "interleaved-1f1b (at least 2)."),
+                                       "interleaved-1f1b (at least 2) or zero-bubble (1 is ZB-H1)."),
     sequence_parallel: bool = typer.Option(False, "--sequence-parallel", help="Megatron sequence parallelism (tp > 1)."),
     ep: int = typer.Option(1, "--ep", help="Expert-parallel degree of the MoE blocks' routed experts (divides "
                            "dp·tp and the experts)."),
@@ -187,7 +187,7 @@ def plan(
     precision: Optional[Precision] = PREC,
     schedule: Schedule = typer.Option(Schedule["interleaved-1f1b"], "--schedule", help="Pipeline schedules "
                                       "searched: interleaved-1f1b (default) searches it together with 1f1b; 1f1b "
-                                      "or gpipe searches that schedule alone."),
+                                      "or gpipe searches that schedule alone; zero-bubble is priced by `estimate`, not searched."),
     max_virtual_stages: int = typer.Option(MAX_VIRTUAL_STAGES, "--max-virtual-stages", help="Most chunks per stage "
                                            "the interleaved search tries."),
     solver: str = SOLVER,

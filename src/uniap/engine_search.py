@@ -32,7 +32,8 @@ from uniap.solve.program import evaluate_many, lower_bound
 from uniap.solve.uop import interleaved_tier, search
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import LayerSpec, ModelSpec
-from uniap.spec.workload import INTERLEAVED, Workload
+from uniap.schedules import INTERLEAVED
+from uniap.spec.workload import Workload
 from uniap.strategies import Strategy
 
 

@@ -15,7 +15,7 @@ from uniap.errors import UniapError
 from uniap.jsonfile import digest, read_json_object
 from uniap.spec.engine import Engine
 from uniap.spec.model import ModelConfig
-from uniap.spec.workload import INTERLEAVED, SCHEDULES
+from uniap.schedules import schedule_named
 from uniap.strategies import Strategy
 
 SCHEMA = "uniap.plan/1"
@@ -125,9 +125,9 @@ class PipelineSection(_Section):
     micro_batches: int
     """Micro-batches per iteration c."""
     schedule: str = "1f1b"
-    """gpipe, 1f1b or interleaved-1f1b."""
+    """A name of `uniap.schedules.SCHEDULES`: gpipe, 1f1b, interleaved-1f1b or zero-bubble."""
     virtual_stages: int = 1
-    """Chunks per stage v (interleaved 1F1B; 1 otherwise)."""
+    """Chunks per stage v (interleaved 1F1B: 2 or more; zero bubble: 1 or more; 1 otherwise)."""
 
 
 _SECTIONS = {"model": ModelSection, "cluster": ClusterSection, "workload": WorkloadSection,
@@ -251,13 +251,7 @@ class Plan:
         if int(self.pipeline.micro_batches) < 1:
             raise UniapError(f"micro_batches must be >= 1, got {self.pipeline.micro_batches}")
         schedule, v = self.pipeline.schedule, self.virtual_stages
-        if schedule not in SCHEDULES:
-            raise UniapError(f"unknown schedule {schedule!r} ({', '.join(SCHEDULES)})")
-        if (schedule == INTERLEAVED) != (v > 1) or v < 1:
-            raise UniapError(f"schedule {schedule!r} with {v} virtual stages: interleaved-1f1b needs 2 or more, "
-                             "the others 1")
-        if v > 1 and degree < 2:
-            raise UniapError("the interleaved schedule needs a pipeline of at least 2 stages")
+        schedule_named(schedule).check(degree, int(self.pipeline.micro_batches), v)
         ranks = sorted(r for s in self.stages for r in s.ranks)
         if ranks != list(range(n)):
             twice = sorted({r for r in ranks if ranks.count(r) > 1})

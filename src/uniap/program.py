@@ -33,9 +33,15 @@ class StageProgram:
     virtual_stages: int = 1  # v: chunks per device group (interleaved 1F1B); `stages` counts chunks
     held: np.ndarray | None = None
     """(P, n, v) interleaved only: per device group, n occupancy vectors of its v chunks (micro-batches held at
-    once, spec.workload.held_patterns, zero rows as padding); its activation memory is the largest of
+    once, Schedule.held_patterns, zero rows as padding); its activation memory is the largest of
     Σ_k held[d, n, k]·Ma of chunk k·P + d. None: each chunk holds `inflight` (exact for plain pipelines), and
     `inflight` must then be at most the peak (the solver's bounds read it either way)."""
+    weight_gradient: np.ndarray | None = None
+    """(L, K) seconds of A that are the weight-gradient pass, for a schedule that splits the backward (None
+    otherwise); `split_schedule` names it."""
+    split_schedule: str | None = None
+    """The schedule (`uniap.schedules`) that runs the backward as an input pass and a deferred weight pass; the
+    program is then priced by that schedule's event simulation at its largest chunk (`solve.program`)."""
 
     @property
     def pipeline_degree(self) -> int:
@@ -101,6 +107,12 @@ class StageProgram:
                 raise UniapError(f"held must be (device groups, patterns, {v}), got shape {held.shape}")
             if not np.all(np.isfinite(held) & (held >= 0)):
                 raise UniapError("held must be finite and non-negative")
+        if (self.weight_gradient is None) != (self.split_schedule is None):
+            raise UniapError("weight_gradient and split_schedule go together")
+        if self.weight_gradient is not None:
+            w = np.asarray(self.weight_gradient, dtype=float)
+            if w.shape != (L, K) or not _finite_non_negative(w, ok) or np.any(np.where(ok, w > A, False)):
+                raise UniapError(f"weight_gradient must be (layers, strategies) = {(L, K)}, within 0..A")
 
 
 def _finite_non_negative(table, mask: np.ndarray) -> bool:

@@ -34,9 +34,9 @@ def test_interleaved_estimate_contract_and_recost(cli, cli_json, tmp_path):
 
 
 def test_interleaved_bad_input_is_one_line(cli):
-    for extra, words in ((["--schedule", "interleaved-1f1b"], "needs 2 or more"),
+    for extra, words in ((["--schedule", "interleaved-1f1b"], "needs at least 2 virtual stages"),
                          (["--schedule", "interleaved-1f1b", "--virtual-stages", "2", "--pp", "1"], "at least 2"),
-                         (["--virtual-stages", "3"], "needs 2 or more")):
+                         (["--virtual-stages", "3"], "runs one chunk per stage, got 3 virtual stages")):
         args = list(EST)
         if "--pp" in extra:
             args[args.index("--pp") + 1], args[args.index("--dp") + 1] = "1", "8"

@@ -30,6 +30,8 @@ CASES = [  # engine, model, strategy, chunk blocks, micro-batches, schedule, vir
     ("torchtitan", "tiny-llama", S(2, 2, 2, True, True), (1, 1, 1, 1), 4, "interleaved-1f1b", 2, "bf16"),
     ("torchtitan", "tiny-llama", S(8, 1, 0, True), (4,), 2, "1f1b", 1, "fp32"),
     ("torchtitan", "tiny-llama", S(2, 1, 3), (1, 1, 1, 1), 8, "gpipe", 1, "bf16"),
+    ("torchtitan", "tiny-llama", S(4, 1, 3), (2, 2), 4, "zero-bubble", 1, "bf16"),
+    ("torchtitan", "tiny-llama", S(2, 2, 2, False, True), (1, 1, 1, 1), 4, "zero-bubble", 2, "bf16"),
     ("megatron", "tiny-llama", S(2, 2, 1, True, True), (1, 3), 4, "1f1b", 1, "bf16"),
     ("megatron", "tiny-gpt", S(4, 2, 0), (4,), 2, "1f1b", 1, "fp16"),
     ("megatron", "tiny-llama", S(4, 1, 1), (1, 1, 1, 1), 4, "interleaved-1f1b", 2, "bf16"),
@@ -81,6 +83,8 @@ REFUSED = [  # engine, strategy, chunks, c, schedule, v, model, what the one lin
     ("deepspeed", S(4, 1, 2), (2, 2), 4, "1f1b", 1, "tiny-llama", "no ZeRO-2 with a pipeline"),
     ("deepspeed", S(4, 1, 1), (1, 3), 4, "1f1b", 1, "tiny-llama", "splits the blocks evenly"),
     ("deepspeed", S(4, 1, 1), (1, 1, 1, 1), 4, "interleaved-1f1b", 2, "tiny-llama", "no interleaved-1f1b"),
+    ("megatron", S(4, 1, 1), (2, 2), 4, "zero-bubble", 1, "tiny-llama", "no zero-bubble pipeline schedule"),
+    ("deepspeed", S(4, 1, 1), (2, 2), 4, "zero-bubble", 1, "tiny-llama", "no zero-bubble pipeline schedule"),
 ]
 
 

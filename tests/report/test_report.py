@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from uniap.commands.report import report_command
 from uniap.errors import UniapError
 from uniap.estimate import estimate_uniform
-from uniap.report import figures, recost, render_report, simulate, stage_order
+from uniap.report import figures, recost, render_report, simulate
+from uniap.schedules import schedule_named
 from uniap.report.render import timeline_boxes
 from uniap.spec import load_model
 from uniap.spec.cluster import load_cluster
@@ -35,7 +36,7 @@ def test_timeline_has_every_box_in_order(schedule, P, c):
     for i in range(P):  # a stage does one thing at a time, in the schedule's order
         work = sorted((b for b in boxes if b.stage == i and b.kind in ("forward", "backward")), key=lambda b: b.start)
         assert all(a.end <= b.start + 1e-12 for a, b in zip(work, work[1:]))
-        assert [(b.kind[0].upper(), b.micro) for b in work] == stage_order(schedule, i, P, c)
+        assert [(b.kind[0].upper(), i, b.micro) for b in work] == schedule_named(schedule).order(i, P, c)
         assert all(b.duration == pytest.approx(p[i] / 3 if b.kind == "forward" else 2 * p[i] / 3) for b in work)
     done = {(b.kind, b.stage, b.micro): b for b in boxes}
     for i in range(1, P):  # a forward waits for the previous stage's forward and the send
@@ -51,8 +52,9 @@ def test_uniform_stages_take_the_cost_models_time(schedule):
     boxes = simulate(schedule, [p] * P, [0.0] * (P - 1), [0.0] * P, c)
     assert max(b.end for b in boxes) == pytest.approx((c + P - 1) * p)
     if schedule == "1f1b":
-        assert stage_order("1f1b", 0, P, c)[:4] == [("F", 0), ("F", 1), ("F", 2), ("F", 3)]
-        assert stage_order("1f1b", P - 1, P, c)[:2] == [("F", 0), ("B", 0)]
+        order = schedule_named("1f1b").order
+        assert order(0, P, c)[:4] == [("F", 0, 0), ("F", 0, 1), ("F", 0, 2), ("F", 0, 3)]
+        assert order(P - 1, P, c)[:2] == [("F", P - 1, 0), ("B", P - 1, 0)]
     with pytest.raises(UniapError):
         simulate(schedule, [1.0, 1.0], [], [0.0, 0.0], 2)
 

@@ -2,7 +2,10 @@
 
 import pytest
 
-from uniap.report.timeline import interleaved_order, makespan, simulate
+from uniap.report.timeline import makespan, simulate
+from uniap.schedules import INTERLEAVED_1F1B
+
+interleaved_order = INTERLEAVED_1F1B.order
 
 
 @pytest.mark.parametrize("P,v,c", [(2, 2, 4), (4, 2, 8), (4, 3, 8), (3, 4, 6)])

@@ -94,6 +94,14 @@ def equality_plans():
         "gpt-pp2-v2-dp2-zero3-uneven": (uniform_plan(GPT, 4, pp=2, dp=2, zero=3, micro_batches=4,
                                                      schedule="interleaved-1f1b", virtual_stages=2,
                                                      stage_layers=[1, 3, 1, 1]), {}),
+        # zero bubble (torch's ScheduleInterleavedZeroBubble): the backward split into input and weight passes
+        "gpt-pp2-zb-dp2": (uniform_plan(GPT, 4, pp=2, dp=2, micro_batches=2, schedule="zero-bubble"), {}),
+        "gpt6-pp4-zb-v2": (uniform_plan(GPT6, 4, pp=4, micro_batches=4, schedule="zero-bubble", virtual_stages=2),
+                           {}),
+        "llama-pp2-zb-v2-tp2": (uniform_plan(LLAMA, 4, pp=2, tp=2, micro_batches=2, schedule="zero-bubble",
+                                             virtual_stages=2), {}),
+        "gpt-pp2-zb-dp2-recompute": (uniform_plan(GPT, 4, pp=2, dp=2, recompute=True, micro_batches=4,
+                                                  schedule="zero-bubble"), {}),
         # sequence parallelism: sequence slices cross a stage boundary and are re-laid out to/from row blocks
         "gpt-pp2-tp2sp-relayout": (uniform_plan(GPT, 4, pp=2, tp=2, sp=True, micro_batches=2,
                                                 per_layer={"block.2": S(2, 1, 0)}), {}),

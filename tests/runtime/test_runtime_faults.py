@@ -93,3 +93,13 @@ def test_failing_rank_ends_the_run_quickly(tmp_path, monkeypatch):
     assert "rank 1 failed" in str(err.value) and "injected failure" in str(err.value)
     assert "\n" not in str(err.value)
     assert elapsed < 60, elapsed
+
+
+def test_zero_bubble_refuses_sharded_layers_and_partial_rounds():
+    """torch's weight pass assigns gradients outside autograd, where FSDP2's reduce-scatter hooks would run."""
+    with pytest.raises(UniapError, match="zero-bubble schedule runs ZeRO-0 layers only .*ZeRO-3"):
+        check_plan(uniform_plan(GPT, 4, pp=2, dp=2, zero=3, micro_batches=2, schedule="zero-bubble"), 4)
+    with pytest.raises(UniapError, match=r"micro-batch count \(3\) to be a multiple of the pipeline degree \(2\)"):
+        check_plan(uniform_plan(GPT, 4, pp=2, dp=2, micro_batches=3, global_batch=12, schedule="zero-bubble"), 4)
+    assert check_plan(uniform_plan(GPT, 4, pp=2, dp=2, micro_batches=2, schedule="zero-bubble"), 4).schedule \
+        == "zero-bubble"

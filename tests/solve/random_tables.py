@@ -6,7 +6,7 @@ import numpy as np
 
 from uniap.cost.tables import held_array
 from uniap.program import StageProgram
-from uniap.spec.workload import inflight as workload_inflight
+from uniap.schedules import schedule_named
 
 
 def random_program(seed: int, *, layers: int = 6, strategies: int = 3, stages: int = 2, micro_batches: int = 4,
@@ -43,14 +43,18 @@ def random_program(seed: int, *, layers: int = 6, strategies: int = 3, stages: i
                 R[u], Rp[u] = (inner, inner_p) if j < n - 1 else (edge(), edge())
             u += 1
     A[~allowed] = np.inf  # disallowed entries may hold anything: the solvers must not read them
-    if virtual_stages > 1:
+    if virtual_stages > 1 and not schedule_named(schedule).interleaved:
         schedule = "interleaved-1f1b"
-    inflight = workload_inflight(schedule, P, micro_batches, virtual_stages)
+    chosen = schedule_named(schedule)
+    inflight = chosen.inflight(P, micro_batches, virtual_stages)
+    # a schedule that splits the backward: 5-60 % of each layer's time is its weight pass
+    weights = np.where(allowed, A * rng.uniform(0.05, 0.6, (L, K)), 0.0) if chosen.split_backward else None
     return StageProgram(A=A, G=G, Ms=Ms, Ma=Ma, R=R, Rp=Rp, allowed=allowed, stages=P * virtual_stages,
                         micro_batches=micro_batches, inflight=np.array(inflight, dtype=float),
                         memory_capacity=np.inf if memory is None else memory, group=group,
                         virtual_stages=virtual_stages,
-                        held=held_array(P, micro_batches, virtual_stages) if virtual_stages > 1 else None)
+                        held=held_array(chosen, P, micro_batches, virtual_stages) if chosen.interleaved else None,
+                        weight_gradient=weights, split_schedule=chosen.name if chosen.split_backward else None)
 
 
 def random_case(seed: int, max_layers: int = 7) -> StageProgram:

@@ -11,7 +11,14 @@ from uniap.solve.milp import solve
 from uniap.solve.program import evaluate, lower_bound, stage_times
 from uniap.solve.reduce import reduce_program
 from uniap.solve.reference import solve_reference
-from uniap.spec.workload import inflight
+from uniap.schedules import INTERLEAVED_1F1B, schedule_named
+
+
+def inflight(schedule, P, c, v=1):
+    return schedule_named(schedule).inflight(P, c, v)
+
+
+interleaved_order = INTERLEAVED_1F1B.order
 
 
 def _case(seed: int):
@@ -94,8 +101,6 @@ def test_interleaved_inflight_follows_the_torch_warmup():
     # activations, its first chunk filled first (round by round: P micro-batches of chunk 0, then of chunk 1)
     held = inflight("interleaved-1f1b", 4, 8, 2)
     assert held[:4] == [7, 5, 4, 4] and held[4:] == [4, 4, 3, 1]
-    from uniap.spec.workload import interleaved_order
-
     for d in range(4):
         ops = interleaved_order(d, 4, 8, 2)
         first_backward = next(k for k, op in enumerate(ops) if op[0] == "B")
@@ -106,10 +111,8 @@ def test_interleaved_inflight_follows_the_torch_warmup():
 def test_held_patterns_bound_every_moment_of_the_schedule():
     """Every occupancy the schedule passes through is covered by one of the stage's patterns, and the patterns are
     moments of it: the largest Σ held·Ma over them is the peak for any chunk sizes."""
-    from uniap.spec.workload import held_patterns, interleaved_order
-
     for P, c, v in ((2, 4, 2), (4, 8, 2), (4, 16, 3), (3, 6, 4), (2, 24, 3), (4, 40, 2)):
-        patterns = held_patterns(P, c, v)
+        patterns = INTERLEAVED_1F1B.held_patterns(P, c, v)
         for d in range(P):
             held, seen = [0] * v, set()
             for kind, chunk, _ in interleaved_order(d, P, c, v):

@@ -23,7 +23,8 @@ from uniap.program import StageProgram
 from uniap.solve.program import evaluate, lower_bound
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import ModelSpec
-from uniap.spec.workload import Workload, check_schedule
+from uniap.schedules import schedule_named
+from uniap.spec.workload import Workload
 from uniap.strategies import RECOMPUTE_LEVELS, Strategy, divisors, enumerate_strategies
 
 
@@ -107,7 +108,7 @@ def programs(model: ModelSpec, cluster: ClusterSpec, workload: Workload, schedul
     whose bound is no better than their best plan: that never changes what they return, only how fast.
     Tables are rebuilt when yielded (a few ms) rather than all held at once.
     """
-    check_schedule(schedule)
+    schedule_named(schedule)
     degrees = pipeline_degrees(cluster, len(model.layers)) if degrees is None else degrees
     counts = micro_batch_counts(workload) if counts is None else counts
     found = []

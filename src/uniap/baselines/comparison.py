@@ -11,7 +11,8 @@ from uniap.plans import Plan
 from uniap.solve.program import evaluate
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import ModelSpec
-from uniap.spec.workload import Workload, check_schedule
+from uniap.schedules import schedule_named
+from uniap.spec.workload import Workload
 
 UNIAP = "uniap"
 METHODS = (UNIAP, *BASELINES)
@@ -98,7 +99,7 @@ def compare(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, metho
     UniAP over it (its time / UniAP's), search time and whether it fits. `keep_plans` adds each row's Plan
     under "plan" (not JSON)."""
     names = parse_methods(methods)
-    check_schedule(schedule)
+    schedule_named(schedule)
     rows = []
     for name in names:
         if name == UNIAP:

@@ -10,7 +10,8 @@ import typer
 
 from uniap.errors import UniapError
 from uniap.spec.engine import ATTENTIONS, KERNELS
-from uniap.spec.workload import DEFAULT_PRECISIONS, PRECISIONS, SCHEDULES
+from uniap.schedules import SCHEDULES
+from uniap.spec.workload import DEFAULT_PRECISIONS, PRECISIONS
 
 
 def choices(name: str, values) -> type[Enum]:
@@ -66,7 +67,8 @@ BATCH = typer.Option(..., "--global-batch", "-b", help="Samples per iteration.")
 SEQ = typer.Option(None, "--seq-len", "-s", help="Sequence length (default: the model's).")
 PREC = typer.Option(None, "--precision", help="fp32, mixed precision fp16/bf16, or fp8 GEMMs on H100-class devices "
                     "(default: the device's fastest of bf16, fp16, fp32).")
-SCHED = typer.Option(Schedule["1f1b"], "--schedule", help="Pipeline schedule.")
+SCHED = typer.Option(Schedule["1f1b"], "--schedule", help="Pipeline schedule (zero-bubble: torch's "
+                     "ScheduleInterleavedZeroBubble, the backward split into input and weight passes).")
 FMT = typer.Option(Fmt.table, "--format", "-f", help="table for people, json for programs.")
 SOLVER = typer.Option("highs", "--solver", help="MILP back-end: highs (default), scip, gurobi.")
 

@@ -275,6 +275,26 @@ def _layer_time(device: "_Figures", engine: Engine, peak: float, ops: tuple, flo
     return fwd + bwd + again + device.layer_overhead_s * (4.0 / 3.0 if recompute == "full" else 1.0)
 
 
+def weight_gradient_time(device: DeviceType, peak: float, layer: LayerSpec, samples: float, tp: int,
+                         experts: tuple[int, int, float] = (1, 1, 1.0), fp8: bool = False) -> float:
+    """Seconds of a layer call's weight-gradient GEMMs (dW = Xᵀ·dY, one of a GEMM's two backward products): what a
+    zero-bubble schedule runs apart from the rest of the backward. Attention and element-wise kernels have no
+    weight GEMM; their backward is all input gradient. A layer described by its FLOPs alone: one GEMM's worth."""
+    if fp8:
+        device = device._replace(gemm_efficiency=device.fp8_gemm_efficiency)
+    if not layer.ops:
+        return layer.flops * samples / tp / (peak * device.gemm_efficiency) if layer.flops > 0 else 0.0
+    total = 0.0
+    for op in layer.ops:
+        if isinstance(op, GroupedGemm):
+            rows, groups, k, n = _grouped_shape(op, samples, tp, experts if layer.experts else (1, 1, 1.0))
+            total += op.count * grouped_gemm_time(device, peak, groups, k, n, rows)
+        elif isinstance(op, Gemm):
+            k, n = _split(op, tp)
+            total += op.count * gemm_time(device, peak, k, n, op.rows * samples)
+    return total
+
+
 def attention_seconds(device: DeviceType, engine: Engine, peak: float, layer: LayerSpec, samples: float,
                       tp: int) -> tuple[float, float]:
     """(forward, backward) seconds of a layer's attention kernels alone: what a context-parallel exchange of keys

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from uniap.cost import comm
-from uniap.cost.compute import attention_seconds, backward_share, layer_time, optimizer_time, overlapped
+from uniap.cost.compute import (attention_seconds, backward_share, layer_time, optimizer_time, overlapped,
+                               weight_gradient_time)
 from uniap.cost.memory import (activation_bytes_per_sample, dense_params_per_device, expert_params_per_device,
                                static_bytes)
 from uniap.errors import UniapError
@@ -23,7 +24,8 @@ from uniap.program import StageProgram
 from uniap.spec.cluster import ClusterSpec, Link
 from uniap.spec.model import LayerSpec, ModelSpec
 from uniap.spec.ops import Attention
-from uniap.spec.workload import INTERLEAVED, Workload, check_interleaving, held_patterns, inflight
+from uniap.schedules import Schedule, schedule_named
+from uniap.spec.workload import Workload
 from uniap.strategies import Strategy
 
 NOT_RECOMPUTABLE = ("embedding", "head", "patch_embed")
@@ -239,6 +241,15 @@ def layer_compute(layer: LayerSpec, s: Strategy, micro_batch: int, cluster: Clus
                       act_scale=workload.act_bytes / 2, experts=(s.ep, s.etp, imbalance), fp8_peak=fp8_peak)
 
 
+def weight_gradient_seconds(layer: LayerSpec, s: Strategy, micro_batch: int, cluster: ClusterSpec,
+                            workload: Workload) -> float:
+    """The weight-gradient GEMMs' seconds of one layer call under s, on one device (part of `layer_compute`)."""
+    imbalance = workload.expert_imbalance if layer.experts else 1.0
+    peak, fp8_peak = compute_peaks(cluster, workload, layer)
+    return weight_gradient_time(cluster.device, peak if fp8_peak <= 0 else fp8_peak, layer, micro_batch / s.dp / s.cp,
+                                s.tp, experts=(s.ep, s.etp, imbalance), fp8=fp8_peak > 0)
+
+
 def compute_peaks(cluster: ClusterSpec, workload: Workload, layer: LayerSpec) -> tuple[float, float]:
     """(peak of everything but fp8 GEMMs, peak of the layer's fp8 GEMMs or 0): fp8 training runs attention and the
     16-bit layers at the bf16 peak."""
@@ -382,13 +393,7 @@ def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, st
     n = cluster.devices
     if stages < 1 or n % stages:
         raise UniapError(f"pipeline degree {stages} does not divide the {n} devices")
-    if virtual_stages < 1:
-        raise UniapError(f"virtual stages must be >= 1, got {virtual_stages}")
-    if (schedule == INTERLEAVED) != (virtual_stages > 1):
-        raise UniapError(f"{virtual_stages} virtual stages and schedule {schedule!r}: interleaved-1f1b needs "
-                         f"2 or more virtual stages, the other schedules 1")
-    if schedule == INTERLEAVED:
-        check_interleaving(stages, micro_batches, virtual_stages)
+    schedule_named(schedule).check(stages, micro_batches, virtual_stages)
     if stages * virtual_stages > len(model.layers):
         what = f"{stages} stages × {virtual_stages} virtual stages" if virtual_stages > 1 else f"pipeline degree {stages}"
         raise UniapError(f"{what} exceeds the model's {len(model.layers)} layers")
@@ -409,11 +414,35 @@ def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, st
         A, R, schedule = cluster.costs.adjust_tables(cluster, model, workload, strategies, stages, micro_batches,
                                                      schedule, virtual_stages, A, R, ok)
     groups = _group_ids(model.layers)
+    ran = schedule_named(schedule)
+    weights = weight_gradient_table(model, cluster, workload, stages, micro_batches, strategies, A, ok) \
+        if ran.split_backward else None
     return StageProgram(A=A, G=G, Ms=Ms, Ma=Ma, R=R, Rp=Rp, allowed=ok, stages=stages * virtual_stages,
                         micro_batches=micro_batches,
-                        inflight=np.array(inflight(schedule, stages, micro_batches, virtual_stages), dtype=float),
+                        inflight=np.array(ran.inflight(stages, micro_batches, virtual_stages), dtype=float),
                         memory_capacity=cluster.memory_capacity, group=groups, virtual_stages=virtual_stages,
-                        held=held_array(stages, micro_batches, virtual_stages) if virtual_stages > 1 else None)
+                        held=held_array(ran, stages, micro_batches, virtual_stages) if ran.interleaved else None,
+                        weight_gradient=weights, split_schedule=ran.name if ran.split_backward else None)
+
+
+def weight_gradient_table(model: ModelSpec, cluster: ClusterSpec, workload: Workload, stages: int,
+                          micro_batches: int, strategies: list[Strategy], A: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """(L, K) seconds of A that are the weight-gradient pass W (the schedules that split the backward defer it):
+    each layer's share of weight-gradient GEMM time in its analytic compute (`cost.compute.weight_gradient_seconds`
+    over `layer_compute`), times A; a measured A is split by the analytic share."""
+    micro = workload.global_batch // micro_batches
+    out = np.zeros(np.shape(A))
+    share: dict[tuple, float] = {}
+    for u, layer in enumerate(model.layers):
+        for k, s in enumerate(strategies):
+            if not ok[u, k]:
+                continue
+            key = (layer.signature or (u,), s.dp, s.tp, s.sp, s.recompute, s.ep, s.etp, s.cp)
+            if key not in share:
+                total = layer_compute(layer, s, micro, cluster, workload)
+                share[key] = weight_gradient_seconds(layer, s, micro, cluster, workload) / total if total > 0 else 0.0
+            out[u, k] = share[key] * A[u, k]
+    return out
 
 
 def _priced(model: ModelSpec, cluster: ClusterSpec, workload: Workload, stages: int, micro_batches: int,
@@ -475,9 +504,9 @@ def _group_ids(layers) -> np.ndarray:
     return np.array(ids, dtype=int)
 
 
-def held_array(stages: int, micro_batches: int, virtual_stages: int) -> np.ndarray:
-    """spec.workload.held_patterns as StageProgram.held: (P, n, v), padded with zero rows."""
-    patterns = held_patterns(stages, micro_batches, virtual_stages)
+def held_array(schedule: Schedule, stages: int, micro_batches: int, virtual_stages: int) -> np.ndarray:
+    """`Schedule.held_patterns` as StageProgram.held: (P, n, v), padded with zero rows."""
+    patterns = schedule.held_patterns(stages, micro_batches, virtual_stages)
     out = np.zeros((stages, max(len(p) for p in patterns), virtual_stages))
     for d, rows in enumerate(patterns):
         out[d, :len(rows)] = rows

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 
+from uniap.schedules import exported_schedules
 from uniap.export.capability import EVEN, EngineJob, EngineRules
 from uniap.spec.model import ModelConfig
 
@@ -47,7 +48,7 @@ def architecture_why_not(config: ModelConfig) -> str | None:
 RULES = EngineRules(name="deepspeed", families=None, precisions=("bf16", "fp16", "fp32"),
                     recompute_levels=("none", "full"), context_parallel=False,
                     zero_stages=(0, 1, 2, 3), pipeline_zero_stages=(0, 1), tensor_parallel=False,
-                    sequence_parallel_always=False, replicate_alone=False, pipeline_schedules=("1f1b",), split=EVEN,
+                    sequence_parallel_always=False, replicate_alone=False, pipeline_schedules=tuple(exported_schedules("deepspeed")), split=EVEN,
                     architecture_why_not=architecture_why_not,
                     absent={"fp8": "its config has no fp8 section (fp8 GEMMs would be the model code's, e.g. Transformer "
                                    "Engine's fp8_autocast)",

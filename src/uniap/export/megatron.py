@@ -49,6 +49,7 @@ does:
 
 from __future__ import annotations
 
+from uniap.schedules import exported_schedules
 from uniap.export.capability import FIRST_LAST, EngineJob, EngineRules, block_layout_why_not, moe_blocks, rope_of
 from uniap.spec.model import ModelConfig
 from uniap.strategies import Strategy
@@ -117,7 +118,7 @@ RULES = EngineRules(name="megatron", families=("gpt2", "llama") + MOE_FAMILIES,
                     precisions=("bf16", "fp16", "fp32", "fp8"), recompute_levels=("none", "selective", "full"),
                     context_parallel=True, zero_stages=(0, 1), pipeline_zero_stages=(0, 1), tensor_parallel=True,
                     sequence_parallel_always=False, replicate_alone=False,
-                    pipeline_schedules=("1f1b", "interleaved-1f1b"), split=FIRST_LAST,
+                    pipeline_schedules=tuple(exported_schedules("megatron")), split=FIRST_LAST,
                     architecture_why_not=architecture_why_not, expert_layout_why_not=expert_layout_why_not,
                     sequence_divisor=sequence_divisor,
                     absent={"selective-op": "its selective recompute recomputes modules (--recompute-modules: the "

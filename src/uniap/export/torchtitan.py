@@ -59,6 +59,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from uniap.schedules import exported_schedules
 from uniap.export.capability import ANY_SPLIT, EngineJob, EngineRules, Rope, block_layout_why_not, moe_blocks, \
     rope_of
 from uniap.spec.model import ModelConfig
@@ -162,6 +163,9 @@ def pipeline_why_not(config: ModelConfig) -> str | None:
     return None
 
 
+SCHEDULES = exported_schedules("torchtitan")  # ours -> `pipeline_parallel_schedule`
+
+
 def sequence_divisor(s: Strategy) -> int:
     """`ParallelDims.seq_len_divisor`: tp (sequence parallelism) · 2 · cp (the load balancer's halves)."""
     return s.tp * 2 * s.cp
@@ -170,14 +174,13 @@ def sequence_divisor(s: Strategy) -> int:
 RULES = EngineRules(name="torchtitan", families=tuple(MODELS), precisions=("bf16", "fp32", "fp8"),
                     recompute_levels=("none", "selective-op", "full"), context_parallel=True, zero_stages=(0, 2, 3),
                     pipeline_zero_stages=(2, 3), tensor_parallel=True, sequence_parallel_always=True,
-                    replicate_alone=True, pipeline_schedules=("gpipe", "1f1b", "interleaved-1f1b"), split=ANY_SPLIT,
+                    replicate_alone=True, pipeline_schedules=tuple(SCHEDULES), split=ANY_SPLIT,
                     architecture_why_not=architecture_why_not, pipeline_why_not=pipeline_why_not,
                     expert_layout_why_not=expert_layout_why_not, sequence_divisor=sequence_divisor,
                     job_why_not=job_why_not,
                     absent={"selective": "its selective checkpointing is per op or every N-th layer, never the "
                                          "attention core alone (plan with selective-op, torchtitan's per-op policy)"})
 
-SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B"}
 PRECISIONS = {"bf16": "bfloat16", "fp32": "float32", "fp8": "bfloat16"}
 AC_MODES = {"none": "none", "selective-op": "selective", "full": "full"}  # the plan's level -> activation_checkpoint.mode
 RESHARD = {2: "never", 3: "always"}

@@ -35,6 +35,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from uniap.schedules import schedule_named
 from uniap.errors import UniapError
 from uniap.profile.fit import Line
 from uniap.profile.schema import load_profile, model_fingerprint, signature_id, validate
@@ -222,9 +223,7 @@ def adjust_tables(cluster: ClusterSpec, model, workload, strategies: list[Strate
         table = np.where(allowed, np.asarray(A, dtype=float), np.inf).min(axis=1)
         best = np.where(known, best, table)
     scale = pipeline_scale(cluster, stages, micro_batches, best[np.isfinite(best)], virtual_stages)
-    if schedule == "1f1b" and micro_batches < stages:
-        schedule = "gpipe"
-    return A * scale, R * scale, schedule
+    return A * scale, R * scale, schedule_named(schedule).runs_as(stages, micro_batches).name
 
 
 def all_reduce_scale(cluster: ClusterSpec) -> float:

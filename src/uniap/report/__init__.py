@@ -3,6 +3,6 @@ and stage times per stage, measured beside predicted when a run is given), per-l
 simulated timeline and the predicted time disagree, and optionally a second plan side by side."""
 
 from uniap.report.render import recost, render_report
-from uniap.report.timeline import Box, simulate, stage_order
+from uniap.report.timeline import Box, simulate
 
-__all__ = ["Box", "recost", "render_report", "simulate", "stage_order"]
+__all__ = ["Box", "recost", "render_report", "simulate"]

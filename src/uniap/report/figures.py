@@ -16,13 +16,14 @@ from matplotlib.patches import Patch, PathPatch, Rectangle
 from matplotlib.path import Path
 
 from uniap.report.timeline import Box, makespan
+from uniap.schedules import schedule_named
 
 GB, MB = 1e9, 1e6
-COLORS = {"forward": "#4C72B0", "backward": "#55A868", "send": "#DD8452", "send-grad": "#C44E52",
+COLORS = {"forward": "#4C72B0", "backward": "#55A868", "weight": "#8DCB9A", "send": "#DD8452", "send-grad": "#C44E52",
           "sync": "#8172B2", "bubble": "#EEEEEE"}
 PREDICTED, MEASURED, CAPACITY = "#4C72B0", "#DD8452", "#C44E52"
 STATES, ACTIVATIONS, IDLE_EDGE = "#4C72B0", "#8FB3DE", "#BBBBBB"
-WORK = ("forward", "backward")
+WORK = ("forward", "backward", "weight")
 SENDS = ("send", "send-grad")
 SEND_PIXELS = 1000  # a send is drawn at least this share of its stretch wide (about a pixel on a screen)
 COLLAPSE_ABOVE = 1200  # forward and backward boxes above which the timeline's steady state is not drawn
@@ -104,9 +105,11 @@ def draw_timeline(fig: Figure, slot, boxes: list[Box], stages: int, schedule: st
             if t is not None and lo <= t <= hi * 1.02:
                 ax.axvline(t * scale, **style)
         ax.set_xlabel(f"time ({unit})")
-    name = {"gpipe": "GPipe", "1f1b": "1F1B"}.get(schedule, f"interleaved 1F1B, {virtual_stages} chunks per stage")
+    chosen = schedule_named(schedule)
+    name = chosen.title + (f", {virtual_stages} chunks per stage" if virtual_stages > 1 else "")
+    split = " (its weight pass drawn apart)" if chosen.split_backward else ""
     head = (f"pipeline timeline: {name}, {stages} stage(s), {micro_batches} micro-batch(es) — forward ≈ p/3, "
-            f"backward ≈ 2p/3 of each stage's (chunk's) time p")
+            f"backward ≈ 2p/3{split} of each stage's (chunk's) time p")
     if len(windows) == 1:
         axes[0].set_title(head, fontsize=9)
     else:
@@ -116,7 +119,8 @@ def draw_timeline(fig: Figure, slot, boxes: list[Box], stages: int, schedule: st
         axes[1].set_title(f"steady state from {fill * scale:.3g} to {drain * scale:.3g} {unit} "
                           f"({(drain - fill) / end * 100:.0f} % of the iteration) not drawn: it repeats the pattern "
                           f"at the edges; end of the steady state and the drain", fontsize=9)
-    handles = [Patch(facecolor=COLORS[k], label=k) for k in ("forward", "backward", "send", "send-grad", "sync")]
+    kinds = ("forward", "backward") + (("weight",) if chosen.split_backward else ()) + ("send", "send-grad", "sync")
+    handles = [Patch(facecolor=COLORS[k], label=k) for k in kinds]
     handles.append(Patch(facecolor=COLORS["bubble"], hatch="//", edgecolor=IDLE_EDGE, label="idle (bubble)"))
     if virtual_stages > 1:
         handles += chunk_legend(COLORS["forward"], virtual_stages)

@@ -49,6 +49,7 @@ class Figures:
     tpi: float | None
     note: str = ""  # why the plan could not be re-costed (figures then come from the plan's `predicted`)
     chunk_p: list[float] | None = None  # per chunk, under the interleaved schedule (None: p per stage)
+    chunk_w: list[float] | None = None  # per chunk, its weight pass, under a schedule that splits the backward
     reserve: float | None = None  # bytes per device kept for the framework (None: not known apart, inside `peak`)
     states: list[float] | None = None  # model-state bytes per device of each stage (None: not re-costed)
     activations: list[float] | None = None  # activation bytes per device of each stage at its peak
@@ -92,6 +93,7 @@ def recost(plan: Plan, cluster: ClusterSpec | str | None = None) -> Figures:
                    peak=[float(m) + reserve for m in times.memory], device=float(clus.device.memory_bytes),
                    tpi=float(evaluate_unchecked(program, stage_of, strategy_of)), reserve=reserve,
                    chunk_p=[float(x) for x in times.chunk_p] if plan.virtual_stages > 1 else None,
+                   chunk_w=None if times.chunk_w is None else [float(x) for x in times.chunk_w],
                    states=[float(x) for x in states], activations=[float(m - s) for m, s in zip(times.memory, states)],
                    layers=layers)
 
@@ -146,7 +148,7 @@ def check_run(run: dict | None, plan: Plan) -> dict | None:
 
 def timeline_boxes(plan: Plan, fig: Figures) -> list[Box]:
     return simulate(str(plan.pipeline.schedule), fig.chunk_p or fig.p, fig.o, fig.g,
-                    int(plan.pipeline.micro_batches), plan.virtual_stages)
+                    int(plan.pipeline.micro_batches), plan.virtual_stages, fig.chunk_w)
 
 
 def _panels(plan: Plan, fig: Figures, measured: dict | None, boxes: list[Box]):

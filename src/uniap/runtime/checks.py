@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from uniap.schedules import schedule_named
 from uniap.errors import UniapError
 from uniap.models.decoder import check_supported, layer_names
 from uniap.plans import Plan
@@ -31,8 +32,8 @@ class RunShape:
     micro_batches: int
     micro_batch: int  # samples per micro-batch
     seq_len: int
-    schedule: str  # the schedule actually run ("gpipe", "1f1b" or "interleaved-1f1b")
-    virtual_stages: int = 1  # chunks per stage (interleaved 1F1B)
+    schedule: str  # the schedule actually run (a name of `uniap.schedules.SCHEDULES`)
+    virtual_stages: int = 1  # chunks per stage (interleaved 1F1B, zero bubble)
     precision: str = "fp32"  # the plan's workload precision: "fp32", "bf16" or "fp16" (see precision.py)
     attention: str = "flash"  # the attention kernel of the plan's engine (plans without one: flash)
 
@@ -111,12 +112,14 @@ def check_plan(plan: Plan, world_size: int, impl: str = "uniap") -> RunShape:
     _check_experts(plan, config, precision)
     engine = plan.engine
     pp = int(plan.pipeline.degree)
-    schedule = str(plan.pipeline.schedule)
-    if schedule == "1f1b" and c < pp:
-        schedule = "gpipe"  # 1F1B with fewer micro-batches than stages is GPipe's order anyway
-    if plan.virtual_stages > 1 and c % pp:
-        raise UniapError(f"the interleaved schedule needs the micro-batch count ({c}) to be a multiple of the "
-                         f"pipeline degree ({pp})")
+    chosen = schedule_named(str(plan.pipeline.schedule))
+    chosen.check(pp, c, plan.virtual_stages)
+    sharded = [layer for layer in plan.layers if layer.strategy.zero >= 1]
+    if chosen.split_backward and pp > 1 and sharded:
+        raise UniapError(f"the {chosen.name} schedule runs ZeRO-0 layers only ({sharded[0].name} has ZeRO-"
+                         f"{sharded[0].strategy.zero}): torch's weight pass runs outside the autograd hooks FSDP2 "
+                         f"gathers parameters and reduce-scatters gradients in")
+    schedule = chosen.runs_as(pp, c).name
     return RunShape(plan=plan, config=config, world=world_size, pp=pp, stage_size=stage_size, global_batch=gb,
                     micro_batches=c, micro_batch=mb, seq_len=seq_len, schedule=schedule,
                     virtual_stages=plan.virtual_stages, precision=precision,

@@ -100,9 +100,30 @@ def apply_data_parallel(layer: nn.Module, dp_mesh: DeviceMesh, zero: int, mp_pol
     return module
 
 
-def set_backwards_per_step(module: nn.Module, count: int) -> None:
-    """Tell every ZeRO-0 layer under `module` how many backward passes a step makes through it."""
-    for sub in module.modules():
-        sync = getattr(sub, "gradient_sync", None)
-        if isinstance(sync, GradientAllReduce):
+def set_backwards_per_step(module: nn.Module, count: int | None) -> None:
+    """Tell every ZeRO-0 layer under `module` how many backward passes a step makes through it; None: the
+    gradients do not arrive through autograd's accumulation (a zero-bubble schedule's weight pass assigns them),
+    so no hook reduces them and the step calls `reduce_gradients_now`."""
+    for sync in _syncs(module):
+        sync.enabled = count is not None
+        if count is not None:
             sync.set_backwards_per_step(count)
+
+
+def reduce_gradients_now(module: nn.Module) -> None:
+    """All-reduce every ZeRO-0 layer's gradients under `module` at once (after a step whose weight passes the
+    hooks did not see): the sync does not overlap the backward, as the hooks' does."""
+    for sync in _syncs(module):
+        grads = [local_tensor(p.grad) for p in sync.params if p.grad is not None]
+        if grads:
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            dist.all_reduce(flat, group=sync.group)
+            offset = 0
+            for g in grads:
+                g.copy_(flat[offset:offset + g.numel()].view_as(g))
+                offset += g.numel()
+
+
+def _syncs(module: nn.Module) -> list[GradientAllReduce]:
+    return [sync for sub in module.modules() if isinstance(sync := getattr(sub, "gradient_sync", None),
+                                                           GradientAllReduce)]

@@ -20,6 +20,7 @@ from uniap.models.decoder import take_aux_losses
 from uniap.plans import Plan
 from uniap.runtime.checks import RunShape, check_plan
 from uniap.runtime.data_parallel import set_backwards_per_step
+from uniap.schedules import schedule_named
 from uniap.runtime.mesh import Topology, build_topology
 from uniap.runtime.parallelize import BuiltStage, build_stage
 from uniap.runtime.pipeline import StepRunner
@@ -43,7 +44,9 @@ class ParallelModel:
         (`hf.HFChain`); None builds our decoder from `seed`."""
         topo = build_topology(shape, rank, device.type)
         built = build_stage(shape, topo, seed, device, aux_loss_coef, chain.layer if chain is not None else None)
-        set_backwards_per_step(built.module, shape.micro_batches)  # ZeRO-0 layers all-reduce once per step
+        # ZeRO-0 layers all-reduce once per step: from their gradient hooks, or after a zero-bubble step
+        split = schedule_named(shape.schedule).split_backward and shape.pp > 1
+        set_backwards_per_step(built.module, None if split else shape.micro_batches)
         return cls(shape, topo, built, StepRunner(shape, topo, built, device), chain)
 
     @property

@@ -2,8 +2,9 @@
 
 pp > 1: `torch.distributed.pipelining` — a `PipelineStage` per chunk of the rank (one, or v under the
 interleaved schedule) over its position's P2P group (chunk j, position p sends to chunk j+1 on the next
-stage, position p) with static shapes, driven by `ScheduleGPipe`, `Schedule1F1B` or
-`ScheduleInterleaved1F1B` with the plan's micro-batch count. pp == 1: a plain gradient-accumulation loop
+stage, position p) with static shapes, driven by the schedule's torch class (`Schedule.torch_class`:
+`ScheduleGPipe`, `Schedule1F1B`, `ScheduleInterleaved1F1B`, `ScheduleInterleavedZeroBubble`) with the plan's
+micro-batch count. pp == 1: a plain gradient-accumulation loop
 over the micro-batches (the same arithmetic without P2P machinery).
 
 The loss each rank back-propagates is its share of the global mean: the cross-entropy summed over
@@ -21,7 +22,8 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+import torch.distributed.pipelining as pipelining
+from torch.distributed.pipelining import PipelineStage
 
 from uniap.models.decoder import lm_loss
 from uniap.runtime.checks import RunShape
@@ -29,8 +31,10 @@ from uniap.runtime.measure import ActivationMeter, StageTimer
 from uniap.runtime.mesh import Topology
 from uniap.runtime.parallelize import BuiltStage
 from uniap.runtime.precision import LossScaler, precision_of
+from uniap.runtime.data_parallel import reduce_gradients_now
 from uniap.runtime.relayout import local_part
 from uniap.runtime.tied import build_tied_gradients
+from uniap.schedules import schedule_named
 
 
 def make_loss_fn(shape: RunShape, built: BuiltStage, position: int, scaler: LossScaler | None = None):
@@ -61,9 +65,19 @@ class _TimedStage(PipelineStage):
         with self._timer.measure():
             out = super().backward_one_chunk(bwd_chunk_id, loss=loss, full_backward=full_backward,
                                              last_backward=last_backward)
+        if full_backward:  # an input pass alone keeps the graph for the weight pass
+            self._released(bwd_chunk_id)
+        return out
+
+    def backward_weight_one_chunk(self, bwd_chunk_id, last_backward=False):
+        with self._timer.measure():
+            out = super().backward_weight_one_chunk(bwd_chunk_id, last_backward=last_backward)
+        self._released(bwd_chunk_id)
+        return out
+
+    def _released(self, bwd_chunk_id) -> None:
         self._meter.backward_done((self.stage_index, bwd_chunk_id))
         self._meter.backward_done(("loss", bwd_chunk_id))
-        return out
 
 
 class StepRunner:
@@ -80,6 +94,7 @@ class StepRunner:
         self.is_first = topo.stage == 0
         self.is_last = topo.stage == shape.pp - 1
         self.schedule = None
+        self.split_backward = shape.pp > 1 and schedule_named(shape.schedule).split_backward
         if shape.pp > 1:
             self._build_pipeline()
         self.tied = build_tied_gradients(shape, topo, built.module)
@@ -98,13 +113,10 @@ class StepRunner:
                                 timer=self.timer, meter=self.meter)
             stage.stage_index_to_group_rank = to_group_rank
             stages.append(stage)
-        if shape.virtual_stages > 1:
-            self.schedule = ScheduleInterleaved1F1B(stages, n_microbatches=shape.micro_batches,
-                                                    loss_fn=self._pipeline_loss, scale_grads=False)
-            return
-        cls = ScheduleGPipe if shape.schedule == "gpipe" else Schedule1F1B
-        self.schedule = cls(stages[0], n_microbatches=shape.micro_batches, loss_fn=self._pipeline_loss,
-                            scale_grads=False)
+        chosen = schedule_named(shape.schedule)
+        cls = getattr(pipelining, chosen.torch_class)
+        self.schedule = cls(stages if chosen.interleaved else stages[0], n_microbatches=shape.micro_batches,
+                            loss_fn=self._pipeline_loss, scale_grads=False)
 
     # Static shapes (no metadata-inference pass); requires_grad marks activations whose gradient travels back
     # between stages.
@@ -130,6 +142,8 @@ class StepRunner:
     def step(self, tokens: torch.Tensor, targets: torch.Tensor) -> float:
         scale = 1.0 if self.scaler is None else self.scaler.scale
         local = self._forward_backward(tokens, targets) / scale
+        if self.split_backward:  # the weight passes assign gradients: no hook saw them
+            reduce_gradients_now(self.built.module)
         if self.tied is not None:
             self.tied.sum()
         if self.scaler is not None:

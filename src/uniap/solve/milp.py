@@ -138,6 +138,8 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
     if importlib.util.find_spec(SOLVERS[solver]) is None:
         raise UniapError(f"solver '{solver}' needs the Python package {SOLVERS[solver]}, which is not installed")
     program.validate()
+    if program.split_schedule is not None:
+        raise UniapError(f"the {program.split_schedule} schedule is priced (`uniap estimate`), not searched by the MILP")
     started = time.perf_counter()
     deadline = None if time_limit is None else started + float(time_limit)
     bound = lower_bound(program)

@@ -37,6 +37,7 @@ import numpy as np
 
 from uniap.errors import UniapError
 from uniap.program import StageProgram
+from uniap.schedules import FORWARD_SHARE, schedule_named, simulate_order
 
 MEMORY_RTOL = 1e-6
 """Relative slack on the memory capacity in `evaluate`: the MILP states memory rows exactly, but a MILP solver
@@ -67,6 +68,7 @@ class StageTimes:
     memory: np.ndarray  # (P,) peak bytes per device of each device group
     chunk_p: np.ndarray  # (S,) seconds per micro-batch of each chunk (= p when v = 1)
     held: np.ndarray  # (S,) micro-batches whose activations each chunk holds at its device group's peak
+    chunk_w: np.ndarray | None = None  # (S,) seconds of each chunk's weight pass (schedules that split the backward)
 
     @property
     def bottleneck(self) -> float:
@@ -163,13 +165,43 @@ each direction half a send, and a send hides behind the next chunk's forward onl
 that, the event simulation grows faster than the sends: tests/solve/test_schedule_bounds.py)."""
 
 
-def _tpi(program: StageProgram, p: np.ndarray, o: np.ndarray) -> np.ndarray:
-    """(N,) TPI without the gradient sync, from per-chunk times p (N, S) and sends o (N, S − 1)."""
+def _tpi(program: StageProgram, p: np.ndarray, o: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
+    """(N,) TPI without the gradient sync, from per-chunk times p (N, S), sends o (N, S − 1) and, for a schedule
+    that splits the backward, its weight passes w (N, S)."""
     c, v = program.micro_batches, program.virtual_stages
+    if program.split_schedule is not None:
+        return split_backward_tpi(program, p, o, w)
     sends = o.sum(axis=1)
     if v == 1:
         return p.sum(axis=1) + sends + (c - 1) * _plain_bottleneck(p, o)
     return interleaved_slots(program, p, o)[0] + sends
+
+
+def split_backward_tpi(program: StageProgram, p: np.ndarray, o: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """(N,) TPI without the gradient sync of a schedule that splits the backward (zero bubble): the event
+    simulation of its operation order over the plan's own chunks (forward a third of a chunk, the weight pass its
+    share of the rest, half a send each way), which is what the report's timeline draws. It is not a closed form,
+    so the MILP cannot search it; `estimate` and the report price plans with it, at P·c·v·3 operations a plan."""
+    schedule = schedule_named(program.split_schedule)
+    fwd = p * FORWARD_SHARE
+    bwd = p - fwd
+    out = np.empty(p.shape[0])
+    for n in range(p.shape[0]):
+        ran = simulate_order(schedule, program.pipeline_degree, program.micro_batches, program.virtual_stages,
+                             fwd[n].tolist(), bwd[n].tolist(), w[n].tolist(), o[n].tolist())
+        out[n] = max(r.end for r in ran)
+    return out
+
+
+def _weight_passes(program: StageProgram, stage_of: np.ndarray, strategies: np.ndarray) -> np.ndarray | None:
+    """(N, S) weight-pass seconds per chunk, for a schedule that splits the backward; None otherwise."""
+    if program.weight_gradient is None:
+        return None
+    ok = np.asarray(program.allowed)
+    W = np.where(ok, np.asarray(program.weight_gradient, dtype=float), 0.0)[np.arange(program.layers), strategies]
+    onehot = np.zeros((program.layers, program.stages))
+    onehot[np.arange(program.layers), stage_of] = 1.0
+    return W @ onehot
 
 
 def interleaved_slots(program: StageProgram, p: np.ndarray, o: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -211,7 +243,7 @@ def evaluate_many(program: StageProgram, stage_of, strategies) -> np.ndarray:
     if not _stages_valid(program, stage_of):
         return out
     p, o, g, memory = _times_many(program, stage_of, strategies)
-    value = _tpi(program, p, o) + _per_device(program, g).max(axis=1)
+    value = _tpi(program, p, o, _weight_passes(program, stage_of, strategies)) + _per_device(program, g).max(axis=1)
     ok = _feasible_many(program, strategies, memory)
     out[ok] = value[ok]
     return out
@@ -231,7 +263,9 @@ def stage_times(program: StageProgram, stage_of, strategy_of) -> StageTimes:
         raise UniapError("stages must be contiguous, in layer order and non-empty")
     p, o, g, memory = _times_many(program, stage_of, strategy_of[None, :])
     return StageTimes(p=_per_device(program, p)[0], o=o[0], g=_per_device(program, g)[0], memory=memory[0],
-                      chunk_p=p[0], held=_peak_held(program, stage_of, strategy_of))
+                      chunk_p=p[0], held=_peak_held(program, stage_of, strategy_of),
+                      chunk_w=None if program.weight_gradient is None
+                      else _weight_passes(program, stage_of, strategy_of[None, :])[0])
 
 
 def _peak_held(program: StageProgram, stage_of: np.ndarray, strategy_of: np.ndarray) -> np.ndarray:

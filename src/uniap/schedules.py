@@ -1,0 +1,325 @@
+"""Pipeline schedules: one class per schedule, stating in one place what every part of uniap needs to know.
+
+A schedule says
+- `check`: which pipelines it runs (stages P, micro-batches c, chunks per stage v);
+- `order`: the operations a stage runs, in order, as torch.distributed.pipelining runs them — ("F", chunk, m)
+  forwards, ("B", chunk, m) whole backwards, or, when it splits the backward, ("I", chunk, m) input gradients
+  and ("W", chunk, m) weight gradients. The report's timeline, the event simulation the tests bound the cost
+  formulas with, and the activation counts below are all read from it;
+- `inflight` / `held_patterns`: what a stage's chunks hold in activations (a micro-batch's activations live from
+  its forward to the end of its backward: "B", or "W" when the backward is split), derived from `order`;
+- `torch_class`: the `torch.distributed.pipelining` class the runtime builds;
+- `exports`: the schedule's name in each engine the plan can be exported to (absent: that engine lacks it).
+The time per iteration each schedule is priced at lives with the solver (`solve.program`), which reads
+`prices_as`.
+
+Adding a schedule is one class here (and its entry in SCHEDULES), plus its tests; `solve.program` prices it.
+This module imports neither torch nor the solver.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from uniap.errors import UniapError
+
+Op = tuple[str, int, int]  # (kind, global chunk index, micro-batch)
+
+FORWARD_SHARE = 1.0 / 3.0
+"""A chunk's forward as a share of its forward + backward time (a backward costs about twice the forward's
+FLOPs; recomputation is counted in the backward): how the event simulation splits a chunk's time."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A pipeline schedule (see the module docstring); subclasses give `order`."""
+
+    name: str
+    """The name plans, the CLI and the Python API use."""
+    title: str
+    """How the report names it."""
+    torch_class: str
+    """The class of `torch.distributed.pipelining` that runs it."""
+    interleaved: bool = False
+    """Whether a stage runs v ≥ 2 chunks (chunk j on stage j mod P)."""
+    split_backward: bool = False
+    """Whether the backward runs as an input-gradient part I and a weight-gradient part W."""
+    exports: dict[str, str] = field(default_factory=dict, hash=False)
+    """Engine → the schedule's name there (torchtitan's `pipeline_parallel_schedule`; "megatron" and "deepspeed"
+    name the schedule their flags select)."""
+
+    def check(self, stages: int, micro_batches: int, virtual_stages: int) -> None:
+        """Raise UniapError when this schedule cannot run the pipeline."""
+        if stages < 1 or micro_batches < 1:
+            raise UniapError(f"a pipeline needs at least one stage and one micro-batch (got {stages}, {micro_batches})")
+        if self.interleaved:
+            _check_rounds(self, stages, micro_batches, virtual_stages)
+        elif virtual_stages != 1:
+            raise UniapError(f"the {self.name} schedule runs one chunk per stage, got {virtual_stages} virtual stages; "
+                             f"interleaved-1f1b takes 2 or more")
+
+    def order(self, stage: int, stages: int, micro_batches: int, virtual_stages: int = 1) -> list[Op]:
+        raise NotImplementedError
+
+    def runs_as(self, stages: int, micro_batches: int) -> "Schedule":
+        """The schedule the run actually follows (itself, unless its order degenerates into another's)."""
+        return self
+
+    def inflight(self, stages: int, micro_batches: int, virtual_stages: int = 1) -> list[float]:
+        """Per chunk (chunk k·P + i on stage i): the micro-batches it holds at one moment of its stage's peak, the
+        one where its stage's first backward starts (one moment, so never above the peak: the solver's bounds use
+        it); the peak itself is the largest of `held_patterns`. For one chunk per stage it is the peak."""
+        out = [0.0] * (stages * virtual_stages)
+        for d in range(stages):
+            first = _held_over_time(self.name, d, stages, self.bounded_rounds(stages, micro_batches),
+                                    virtual_stages)[-1]
+            for k in range(virtual_stages):
+                out[k * stages + d] = float(first[k])
+        return out
+
+    def held_patterns(self, stages: int, micro_batches: int, virtual_stages: int) -> list[list[list[int]]]:
+        """Per stage: the micro-batches each of its v chunks holds at once, at every moment no other moment
+        dominates. The stage's peak memory is the largest of Σ_k held_k · (chunk k's activation bytes) over
+        these: exact whatever the chunks' sizes."""
+        rounds = self.bounded_rounds(stages, micro_batches)
+        return [[list(m) for m in _undominated(self.name, d, stages, rounds, virtual_stages)] for d in range(stages)]
+
+    def bounded_rounds(self, stages: int, micro_batches: int) -> int:
+        """Micro-batches whose order passes through every occupancy a longer run reaches: after the warm-up the
+        streams cycle with a period of P micro-batches per chunk and the drain only releases, so four rounds of P
+        suffice (a prefix of the order for any c)."""
+        return min(micro_batches, 4 * stages)
+
+
+def _check_rounds(schedule: Schedule, stages: int, micro_batches: int, virtual_stages: int) -> None:
+    """Conditions of the round-based schedules: whole rounds of P micro-batches (Megatron-LM's requirement; it
+    also meets torch's, c divisible by its number of rounds max(1, c // P)); interleaved ones need two groups
+    and v ≥ 2. With fewer micro-batches than groups the pipeline never fills."""
+    if schedule.name == "interleaved-1f1b":
+        if virtual_stages < 2:
+            raise UniapError(f"the interleaved schedule needs at least 2 virtual stages, got {virtual_stages}")
+        if stages < 2:
+            raise UniapError("the interleaved schedule needs a pipeline of at least 2 stages")
+    elif virtual_stages < 1:
+        raise UniapError(f"virtual stages must be >= 1, got {virtual_stages}")
+    if micro_batches % stages:
+        raise UniapError(f"the {schedule.name} schedule needs the micro-batch count ({micro_batches}) to be a "
+                         f"multiple of the pipeline degree ({stages})")
+
+
+@dataclass(frozen=True)
+class GPipe(Schedule):
+    """Every forward, then every backward (Huang et al. 2019): all c micro-batches alive at once."""
+
+    def order(self, stage: int, stages: int, micro_batches: int, virtual_stages: int = 1) -> list[Op]:
+        c = micro_batches
+        return [("F", stage, m) for m in range(c)] + [("B", stage, m) for m in range(c)]
+
+    def bounded_rounds(self, stages: int, micro_batches: int) -> int:
+        return micro_batches  # every micro-batch is alive before the first backward
+
+
+@dataclass(frozen=True)
+class OneFOneB(Schedule):
+    """PipeDream-flush (Narayanan et al. 2021): P − i − 1 warm-up forwards, then one forward / one backward, then
+    the remaining backwards; stage i holds min(c, P − i) micro-batches."""
+
+    def order(self, stage: int, stages: int, micro_batches: int, virtual_stages: int = 1) -> list[Op]:
+        c = micro_batches
+        warm = min(stages - stage - 1, c)
+        ops = [("F", stage, m) for m in range(warm)]
+        for m in range(c - warm):
+            ops += [("F", stage, warm + m), ("B", stage, m)]
+        return ops + [("B", stage, m) for m in range(c - warm, c)]
+
+    def runs_as(self, stages: int, micro_batches: int) -> Schedule:
+        """With fewer micro-batches than stages, 1F1B's order is GPipe's (every forward precedes every backward)."""
+        return GPIPE if micro_batches < stages else self
+
+
+@dataclass(frozen=True)
+class Interleaved1F1B(Schedule):
+    """Interleaved 1F1B (Narayanan et al. 2021 §2.2): rounds of P micro-batches go through the stage's chunks
+    0..v−1 forward and v−1..0 backward; after min(c·v, (v − 1)·P + 2·(P − 1 − i)) warm-up forwards they
+    alternate (torch's `_get_warmup_ops`, as Megatron-LM)."""
+
+    def order(self, stage: int, stages: int, micro_batches: int, virtual_stages: int = 1) -> list[Op]:
+        P, c, v = stages, micro_batches, virtual_stages
+        rounds = [range(r * P, min((r + 1) * P, c)) for r in range(-(-c // P))]
+        forwards = [("F", k * P + stage, m) for ms in rounds for k in range(v) for m in ms]
+        backwards = [("B", k * P + stage, m) for ms in rounds for k in reversed(range(v)) for m in ms]
+        warm = min(c * v, (v - 1) * P + 2 * (P - 1 - stage))
+        ops = forwards[:warm]
+        for f, b in zip(forwards[warm:], backwards):
+            ops += [f, b]
+        return ops + backwards[len(forwards) - warm:]
+
+
+@dataclass(frozen=True)
+class ZeroBubble(Schedule):
+    """Zero bubble, ZB1P of Qi et al. 2024 as torch's `ScheduleInterleavedZeroBubble` runs it, for v ≥ 1 chunks
+    per stage (v = 1 is ZB-H1). The backward is split: an input-gradient pass I, which the stage upstream waits
+    for, and a weight-gradient pass W, which no one waits for and which is deferred to fill the bubbles. After
+    (v − 1)·P + (P − 1 − i) warm-up forwards, stage i runs F, I (and, from its (i+1)-th step, the W of its oldest
+    pending I) and ends with the pending Ws. A micro-batch's activations stay until its W (torch keeps the
+    graph of the input pass for the weight pass)."""
+
+    def order(self, stage: int, stages: int, micro_batches: int, virtual_stages: int = 1) -> list[Op]:
+        P, c, v = stages, micro_batches, virtual_stages
+        per_round = c // max(1, c // P)
+        warm = min((v - 1) * per_round + (P - 1 - stage), c * v)
+        steps = c * v
+
+        def forward_chunk(k: int) -> int:
+            return ((k // per_round) % v) * P + stage
+
+        def backward_chunk(k: int) -> int:
+            return (v - 1 - (k // per_round) % v) * P + stage
+
+        count: dict[tuple[str, int], int] = {}
+
+        def op(kind: str, chunk: int) -> Op:
+            m = count.get((kind, chunk), 0)
+            count[(kind, chunk)] = m + 1
+            return kind, chunk, m
+
+        ops = [op("F", forward_chunk(k)) for k in range(warm)]
+        pending: list[int] = []  # chunks of the I passes whose W has not run, oldest first
+        for k in range(steps):
+            if k < steps - warm:
+                ops.append(op("F", forward_chunk(warm + k)))
+            chunk = backward_chunk(k)
+            ops.append(op("I", chunk))
+            pending.append(chunk)
+            if k >= stage:  # stage i defers its weight passes by i steps
+                ops.append(op("W", pending.pop(0)))
+        return ops + [op("W", chunk) for chunk in pending]
+
+
+GPIPE = GPipe("gpipe", "GPipe", "ScheduleGPipe", exports={"torchtitan": "GPipe"})
+ONE_F_ONE_B = OneFOneB("1f1b", "1F1B", "Schedule1F1B",
+                       exports={"torchtitan": "1F1B", "megatron": "1f1b", "deepspeed": "1f1b"})
+INTERLEAVED_1F1B = Interleaved1F1B("interleaved-1f1b", "interleaved 1F1B", "ScheduleInterleaved1F1B",
+                                   interleaved=True,
+                                   exports={"torchtitan": "Interleaved1F1B", "megatron": "interleaved-1f1b"})
+ZERO_BUBBLE = ZeroBubble("zero-bubble", "zero bubble (ZB1P)", "ScheduleInterleavedZeroBubble", interleaved=True,
+                         split_backward=True, exports={"torchtitan": "InterleavedZeroBubble"})
+
+SCHEDULES: dict[str, Schedule] = {s.name: s for s in (GPIPE, ONE_F_ONE_B, INTERLEAVED_1F1B, ZERO_BUBBLE)}
+INTERLEAVED = INTERLEAVED_1F1B.name
+
+
+def schedule_named(name: str) -> Schedule:
+    """The schedule called `name`; UniapError naming the choices otherwise."""
+    try:
+        return SCHEDULES[name]
+    except KeyError:
+        raise UniapError(f"unknown schedule {name!r} (choose {', '.join(SCHEDULES)})") from None
+
+
+def exported_schedules(engine: str) -> dict[str, str]:
+    """Our schedule names that `engine` runs -> its name for each."""
+    return {s.name: s.exports[engine] for s in SCHEDULES.values() if engine in s.exports}
+
+
+def chunks_per_stage(schedule: Schedule, virtual_stages: int) -> int:
+    return virtual_stages if schedule.interleaved else 1
+
+
+def held_until(schedule: Schedule) -> str:
+    """The operation that frees a micro-batch's activations: its whole backward, or its weight pass."""
+    return "W" if schedule.split_backward else "B"
+
+
+@functools.lru_cache(maxsize=4096)
+def _undominated(name: str, stage: int, stages: int, micro_batches: int, virtual_stages: int
+                 ) -> tuple[tuple[int, ...], ...]:
+    """The stage's occupancy vectors that no other one covers (each candidate of a search asks again: cached)."""
+    moments = np.unique(np.array(_held_over_time(name, stage, stages, micro_batches, virtual_stages, every=True)),
+                        axis=0)
+    covered = np.zeros(len(moments), dtype=bool)
+    for lo in range(0, len(moments), 256):  # the vectors are distinct: one ≥ another covers it
+        block = moments[lo:lo + 256]
+        above = (moments[None, :, :] >= block[:, None, :]).all(axis=2)  # [i, j]: moments[j] ≥ block[i]
+        covered[lo:lo + 256] = above.sum(axis=1) > 1  # itself, and another
+    return tuple(tuple(int(x) for x in m) for m in moments[~covered])
+
+
+@functools.lru_cache(maxsize=4096)
+def _held_over_time(name: str, stage: int, stages: int, micro_batches: int, virtual_stages: int,
+                    every: bool = False) -> tuple[tuple[int, ...], ...]:
+    """Chunk occupancy of `stage` after each of its forwards up to its first backward pass (every: after every
+    operation); chunk j counts at position j // P."""
+    schedule = SCHEDULES[name]
+    v = chunks_per_stage(schedule, virtual_stages)
+    release = held_until(schedule)
+    held = [0] * v
+    states = []
+    for kind, chunk, _ in schedule.order(stage, stages, micro_batches, v):
+        if kind != "F" and not every:
+            break
+        if kind == "F":
+            held[chunk // stages] += 1
+        elif kind == release:
+            held[chunk // stages] -= 1
+        else:
+            continue
+        states.append(tuple(held))
+    return tuple(states)
+
+
+@dataclass(frozen=True)
+class Ran:
+    """One operation of the event simulation: stage `stage` ran `kind` of chunk `chunk` for micro-batch `micro`."""
+
+    stage: int
+    kind: str  # F, B, I or W
+    chunk: int
+    micro: int
+    start: float
+    end: float
+
+
+def simulate_order(schedule: Schedule, stages: int, micro_batches: int, virtual_stages: int, fwd, bwd, wgt, send
+                   ) -> list[Ran]:
+    """Run every stage's `order` as soon as its input has arrived: chunk j's forward after chunk j−1's forward
+    and half the send between them, its backward (or input pass I) after chunk j+1's and the other half; a
+    weight pass W after its own I. `fwd`, `bwd` per chunk (bwd the whole backward, I + W), `wgt` the weight
+    pass's part of it per chunk (read only by schedules that split the backward), `send` per boundary (both
+    directions). Chunk j runs on stage j mod P. Returns the operations in the order they were placed."""
+    P, v = stages, chunks_per_stage(schedule, virtual_stages)
+    S = P * v
+    orders = [schedule.order(i, P, micro_batches, v) for i in range(P)]
+    done: dict[tuple[str, int, int], float] = {}
+    free, nxt, out = [0.0] * P, [0] * P, []
+    remaining = sum(len(x) for x in orders)
+    back = "I" if schedule.split_backward else "B"
+    while remaining:
+        progressed = False
+        for i in range(P):
+            while nxt[i] < len(orders[i]):
+                kind, j, m = orders[i][nxt[i]]
+                if kind == "F":
+                    dep = 0.0 if j == 0 else done.get(("F", j - 1, m))
+                    ready = None if dep is None else dep + (send[j - 1] / 2 if j else 0.0)
+                    length = fwd[j]
+                elif kind == "W":
+                    ready, length = done.get(("I", j, m)), min(wgt[j], bwd[j])
+                else:
+                    dep = done.get(("F", j, m)) if j == S - 1 else done.get((back, j + 1, m))
+                    ready = None if dep is None else dep + (send[j] / 2 if j < S - 1 else 0.0)
+                    length = bwd[j] - (min(wgt[j], bwd[j]) if kind == "I" else 0.0)
+                if ready is None:
+                    break
+                start = max(free[i], ready)
+                done[(kind, j, m)] = free[i] = start + length
+                out.append(Ran(i, kind, j, m, start, start + length))
+                nxt[i] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            raise UniapError(f"the {schedule.name} order deadlocked (P={P}, c={micro_batches}, v={v})")
+    return out

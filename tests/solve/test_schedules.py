@@ -1,0 +1,91 @@
+"""The schedules module against torch: each operation order is the one torch.distributed.pipelining runs, and the
+zero-bubble schedule's simulated time is the closed form of its analysis on equal chunks."""
+
+import pytest
+import torch.distributed.pipelining as pipelining
+from torch.distributed.pipelining import schedules as torch_schedules
+
+from uniap.errors import UniapError
+from uniap.schedules import INTERLEAVED_1F1B, SCHEDULES, ZERO_BUBBLE, exported_schedules, schedule_named, \
+    simulate_order
+
+KIND = {"FORWARD": "F", "FULL_BACKWARD": "B", "BACKWARD_INPUT": "I", "BACKWARD_WEIGHT": "W"}
+
+
+def uniform_makespan(schedule, P, c, v, fwd, bwd, wgt, send):
+    """The simulated step (no gradient sync) when every chunk takes the same times."""
+    S = P * v
+    return max(r.end for r in simulate_order(schedule, P, c, v, [fwd] * S, [bwd] * S, [wgt] * S, [send] * (S - 1)))
+
+
+def torch_order(cls, P: int, c: int, v: int) -> dict[int, list[tuple[str, int, int]]]:
+    """torch's own per-rank actions of a multi-stage schedule, computed without process groups (the schedule's
+    `_calculate_single_rank_operations` reads only these fields)."""
+    self = object.__new__(cls)
+    self.pp_group_size, self.n_local_stages, self._n_microbatches = P, v, c
+    self.number_of_rounds = max(1, c // P)
+    self.microbatches_per_round = c // self.number_of_rounds
+    out = {}
+    for rank in range(P):
+        self.rank = rank
+        ops = cls._calculate_single_rank_operations(self, rank)
+        out[rank] = [(KIND[a.computation_type.name], a.stage_index, a.microbatch_index) for a in ops if a is not None]
+    return out
+
+
+@pytest.mark.parametrize("schedule, cls, vs", [(INTERLEAVED_1F1B, torch_schedules.ScheduleInterleaved1F1B, (2, 3, 4)),
+                                               (ZERO_BUBBLE, torch_schedules.ScheduleInterleavedZeroBubble, (1, 2, 3))])
+@pytest.mark.parametrize("P", [2, 3, 4, 8])
+@pytest.mark.parametrize("rounds", [1, 2, 3])
+def test_order_is_torchs(schedule, cls, vs, P, rounds):
+    for v in vs:
+        c = P * rounds
+        assert torch_order(cls, P, c, v) == {r: schedule.order(r, P, c, v) for r in range(P)}
+
+
+def test_every_schedule_names_a_torch_class():
+    for schedule in SCHEDULES.values():
+        assert hasattr(pipelining, schedule.torch_class), schedule.torch_class
+    assert exported_schedules("torchtitan")["zero-bubble"] == "InterleavedZeroBubble"
+    assert "zero-bubble" not in exported_schedules("megatron")
+    with pytest.raises(UniapError, match="unknown schedule"):
+        schedule_named("zb-v")
+
+
+@pytest.mark.parametrize("P, rounds, v", [(2, 1, 1), (4, 2, 1), (4, 2, 2), (8, 4, 2), (3, 2, 3)])
+@pytest.mark.parametrize("f, i, w", [(1.0, 1.0, 1.0), (1.0, 1.5, 0.5), (1.0, 1.2, 0.2)])
+def test_zero_bubble_equal_chunks_take_the_analysis_time(P, rounds, v, f, i, w):
+    """ZB1P's bubble is (P − 1)·(F + I − W) per chunk slot when the weight pass fills the rest (W ≤ I), against
+    interleaved 1F1B's (P − 1)·(F + I + W): Qi et al. 2024's analysis, here from the simulated order."""
+    c = P * rounds
+    slot = f + i + w
+    zb = uniform_makespan(ZERO_BUBBLE, P, c, v, f, i + w, w, 0.0)
+    assert zb == pytest.approx(c * v * slot + (P - 1) * (f + i - w))
+    if v > 1:
+        assert uniform_makespan(INTERLEAVED_1F1B, P, c, v, f, i + w, w, 0.0) == pytest.approx((c * v + P - 1) * slot)
+
+
+def test_zero_bubble_checks_its_pipeline():
+    with pytest.raises(UniapError, match="multiple of the pipeline degree"):
+        ZERO_BUBBLE.check(4, 6, 1)
+    ZERO_BUBBLE.check(4, 8, 1)
+    ZERO_BUBBLE.check(1, 3, 1)
+    with pytest.raises(UniapError, match="virtual stages"):
+        schedule_named("1f1b").check(4, 8, 2)
+
+
+def test_zero_bubble_holds_activations_until_the_weight_pass():
+    """Deferring W keeps a stage's activations longer than 1F1B does: stage i holds up to P − i + i micro-batches
+    (its i deferred weight passes), the peak of held_patterns."""
+    P, c = 4, 8
+    for d in range(P):
+        peak = max(sum(p) for p in ZERO_BUBBLE.held_patterns(P, c, 1)[d])
+        assert peak >= P - d
+    assert max(sum(p) for p in ZERO_BUBBLE.held_patterns(P, c, 1)[P - 1]) > 1
+
+
+def test_torchtitan_names_resolve_to_the_runtime_class():
+    """torchtitan builds `pipeline_parallel_schedule` with torch's get_schedule_class: the name exported must give
+    the class `uniap run` trains with."""
+    for ours, theirs in exported_schedules("torchtitan").items():
+        assert torch_schedules.get_schedule_class(theirs).__name__ == schedule_named(ours).torch_class
