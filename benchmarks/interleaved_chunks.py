@@ -1,6 +1,7 @@
 """Interleaved 1F1B on uneven chunks: measured step time and peak memory against the cost model's predictions.
 
     python benchmarks/interleaved_chunks.py [--pairs 3] [--steps 12] [--quick] [--profile PROFILE.json]
+                                            [--schedules]
 
 An 8-block GPT (the demo's GPT-2 architecture: hidden 256, 4 heads, FFN 1024, vocabulary 1024; seq 64, batch 8)
 runs as pp2 · v2 with c = 4 on as many gloo ranks as this machine has cores (`os.cpu_count()`, one OpenMP thread
@@ -13,6 +14,11 @@ cores a waiting rank gives its core to a busy one and the difference drowns.) Tw
 (chunk j on stage j mod 2: stage 0 runs chunks 0 and 2, stage 1 chunks 1 and 3; every stage holds 4 blocks and one
 of the embedding / head either way). With 2 ranks each stage has one rank; with 4, dp2 per stage, and so on (the
 batch grows to 4·dp when a micro-batch of 2 cannot be split over dp).
+
+`--schedules` compares schedules instead of chunks: the balanced chunks under interleaved 1F1B against the same
+chunks under zero bubble (torch's ScheduleInterleavedZeroBubble: the backward split into input and weight passes,
+the weight passes deferred into the bubble), measured, formula and simulation alike (zero bubble's formula is its
+simulation).
 
 Runs alternate in pairs (balanced, uneven, balanced, uneven, ...), one torchrun launch each (`runtime.run_many`),
 so a slow spell of the shared machine touches both sides; a run's time is the median of its step times after
@@ -38,7 +44,7 @@ has none), and the activation part alone. The runs use AdamW in fp32, whose stat
 16 B per parameter) are what the cost model charges, so the measured activations are the measured peak less the
 predicted model states (with dp1 per stage nothing is sharded and these are the same bytes on both sides). The
 "walked" column takes the predicted per-micro-batch activation bytes of each chunk through the stage's operation
-order (`spec.workload.interleaved_order`), adding a chunk's bytes at each of its forwards and releasing them at
+order (`Schedule.order`, uniap/schedules.py), adding a chunk's bytes at each of its forwards and releasing them at
 its backward: what the schedule holds at its peak for the chunks the plan has, next to what the in-flight
 formula charges. The per-layer bytes have their own error; the ratios uneven / balanced cancel it.
 
@@ -76,17 +82,21 @@ def model_config():
     return replace(DEMO_MODEL, name="chunks-gpt", layers=BLOCKS, max_seq=SEQ_LEN)
 
 
-def build_plans(world: int) -> dict:
-    """name -> Plan: pp2 · v2, c = 4, each chunk as SPLITS says, dp = world / 2 per stage."""
+def build_plans(world: int, schedules: bool = False) -> dict:
+    """name -> Plan: pp2 · v2, c = 4, dp = world / 2 per stage; each chunk as SPLITS says under interleaved 1F1B,
+    or (`schedules`) the balanced chunks under interleaved 1F1B and under zero bubble."""
     from uniap.runtime.plans import uniform_plan
 
     dp = world // STAGES
     batch = max(BATCH, MICRO_BATCHES * dp)
     batch += -batch % (MICRO_BATCHES * dp)  # every micro-batch splits evenly over dp
+    cases = {"interleaved": ("interleaved-1f1b", SPLITS["balanced"]), "zero-bubble": ("zero-bubble",
+                                                                                      SPLITS["balanced"])} \
+        if schedules else {name: ("interleaved-1f1b", split) for name, split in SPLITS.items()}
     return {name: uniform_plan(model_config(), world, pp=STAGES, dp=dp, micro_batches=MICRO_BATCHES,
-                               schedule="interleaved-1f1b", virtual_stages=VIRTUAL, global_batch=batch,
+                               schedule=schedule, virtual_stages=VIRTUAL, global_batch=batch,
                                seq_len=SEQ_LEN, stage_layers=split)
-            for name, split in SPLITS.items()}
+            for name, (schedule, split) in cases.items()}
 
 
 def chunk_label(plan, j: int) -> str:
@@ -116,14 +126,17 @@ def cost_cluster(world: int, profile: str | None):
 
 def walked_activations(plan, per_micro: list[float]) -> list[float]:
     """Per stage: the peak of the chunks' activation bytes held through the stage's operation order (a chunk's
-    per-micro-batch bytes added at each of its forwards, released at its backward)."""
-    from uniap.schedules import INTERLEAVED_1F1B
+    per-micro-batch bytes added at each of its forwards, released at its backward, or its weight pass)."""
+    from uniap.schedules import held_until, schedule_named
 
     P, c, v = len(plan.stages), int(plan.pipeline.micro_batches), plan.virtual_stages
+    schedule = schedule_named(str(plan.pipeline.schedule))
     out = []
     for stage in range(P):
         current = peak = 0.0
-        for kind, j, _m in INTERLEAVED_1F1B.order(stage, P, c, v):
+        for kind, j, _m in schedule.order(stage, P, c, v):
+            if kind not in ("F", held_until(schedule)):
+                continue
             current += per_micro[j] if kind == "F" else -per_micro[j]
             peak = max(peak, current)
         out.append(peak)
@@ -197,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nproc", type=int, default=None, help="gloo ranks (default: os.cpu_count())")
     parser.add_argument("--profile", default=None, help="cost with this calibrated profile instead of the preset")
     parser.add_argument("--json", default=None, help="also write the figures to this file")
+    parser.add_argument("--schedules", action="store_true",
+                        help="interleaved 1F1B against zero bubble on the balanced chunks, instead of chunk splits")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds a collective may wait")
     args = parser.parse_args(argv)
 
@@ -210,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     world -= world % STAGES
     if pairs < 1 or args.steps <= WARMUP_STEPS or world < STAGES:
         parser.error(f"--pairs must be >= 1, --steps > {WARMUP_STEPS}, and at least {STAGES} ranks")
-    plans = build_plans(world)
+    plans = build_plans(world, args.schedules)
     cluster = cost_cluster(world, args.profile)
     pred = predictions(plans, cluster)
     names = list(plans)

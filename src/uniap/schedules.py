@@ -9,12 +9,13 @@ A schedule says
 - `inflight` / `held_patterns`: what a stage's chunks hold in activations (a micro-batch's activations live from
   its forward to the end of its backward: "B", or "W" when the backward is split), derived from `order`;
 - `torch_class`: the `torch.distributed.pipelining` class the runtime builds;
-- `exports`: the schedule's name in each engine the plan can be exported to (absent: that engine lacks it).
-The time per iteration each schedule is priced at lives with the solver (`solve.program`), which reads
-`prices_as`.
+- `exports`: the schedule's name in each engine the plan can be exported to (absent: that engine lacks it);
+- `simulate_order` (below): the event simulation of any schedule's order.
+The time per iteration lives with the solver (`solve.program`): a closed form for GPipe, 1F1B and interleaved
+1F1B (which the MILP encodes), the event simulation itself for a schedule that splits the backward.
 
-Adding a schedule is one class here (and its entry in SCHEDULES), plus its tests; `solve.program` prices it.
-This module imports neither torch nor the solver.
+Adding a schedule is one class here (and its entry in SCHEDULES), plus its tests. This module imports neither
+torch nor the solver.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class Schedule:
     torch_class: str
     """The class of `torch.distributed.pipelining` that runs it."""
     interleaved: bool = False
-    """Whether a stage runs v ≥ 2 chunks (chunk j on stage j mod P)."""
+    """Whether a stage may run several chunks (chunk j on stage j mod P); its occupancy is then tracked per chunk
+    (`held_patterns`)."""
     split_backward: bool = False
     """Whether the backward runs as an input-gradient part I and a weight-gradient part W."""
     exports: dict[str, str] = field(default_factory=dict, hash=False)
