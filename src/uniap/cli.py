@@ -172,10 +172,42 @@ def estimate(
                                   recompute=recompute.value, sequence_parallel=sequence_parallel,
                                   schedule=schedule.value, virtual_stages=virtual_stages, ep=ep, etp=etp,
                                   cp=cp)
+    if profile is not None:
+        from uniap.profile.uncertainty import with_interval
+
+        result = with_interval(result, spec, clus, profile)
+    elif result.interval is not None:  # re-costed without a profile: the old interval no longer applies
+        result = replace(result, interval=None)
     if fmt is Fmt.json:
         emit_json(result.to_json())
     else:
         print_prediction(result, f"{result.model.name} on {result.cluster.name}")
+        if profile is not None:
+            _print_interval(result)
+
+
+def _print_interval(result) -> None:
+    from uniap.profile.uncertainty import NO_INTERVAL, interval_line
+
+    out.print(interval_line(result) or NO_INTERVAL, highlight=False)
+
+
+def _print_runner_ups(found: list, complete: bool) -> None:
+    """The runner-ups of `plan --profile`: the ties first (inside the chosen plan's interval), then the others."""
+    from uniap.views import describe
+
+    ties = [r for r in found if r.tie]
+    out.print(f"runner-ups (the best plan of each other pipeline configuration): {len(ties)} inside the chosen "
+              f"plan's interval" + ("" if complete else " (search time ran out: the list is partial)"))
+    for r in found[:max(len(ties), 3)]:
+        iv = r.plan.interval
+        span = f", interval {iv.low_s * 1e3:.4g}–{iv.high_s * 1e3:.4g} ms" if iv is not None else ""
+        mark = "TIE " if r.tie else "    "
+        out.print(f"  {mark}{r.slower * 100:+5.1f}%  {float(r.plan.predicted['iteration_time_s']) * 1e3:.4g} ms"
+                  f"{span}  {describe(r.plan)}", highlight=False)
+    if ties:
+        out.print("  TIE: predicted inside the chosen plan's interval — the profile cannot tell which is faster",
+                  highlight=False)
 
 
 @app.command()
@@ -232,12 +264,19 @@ def plan(
             result = engine_plan_search(spec, clus, workload, engine_rules(engine.value), schedule=schedule.value,
                                         solver=solver, time_limit=time_limit, max_tp=max_tp, workers=workers,
                                         max_virtual_stages=max_virtual_stages).plan
+    found = None
+    if profile is not None:
+        result, found, complete = _with_runner_ups(result, spec, clus, workload, profile, schedule.value, solver,
+                                                   max_tp, max_cp, max_virtual_stages, time_limit)
     if out_path:
         result.save(out_path)
     if fmt is Fmt.json:
         emit_json(result.to_json())
     else:
         print_prediction(result, f"uniap plan: {spec.name} on {clus.name}" + (f" for {engine.value}" if engine else ""))
+        if profile is not None:
+            _print_interval(result)
+            _print_runner_ups(found, complete)
         if engine is not None:
             out.print(f"engine-restricted plan is {100 * result.search['slowdown']:.1f}% slower than the free optimum "
                       f"({result.search['free_iteration_time_s']:.4g} s per iteration)")
@@ -290,13 +329,47 @@ def run(
     if result is None:
         out.print(f"node {node_rank}: done; the node that ran rank 0 reports the results")
         return
+    against = _against_interval(plan_path, result)
     if fmt is Fmt.json:
         keys = ("steps", "losses", "iteration_time_s", "stage_time_s", "peak_memory_bytes", "check")
-        emit_json({**{k: result[k] for k in keys}, **{k: v for k, v in result.items() if k not in keys}})
+        emit_json({**{k: result[k] for k in keys}, **{k: v for k, v in result.items() if k not in keys},
+                   "against_interval": against})
         return
     from uniap.views import print_run
 
     print_run(result, out)
+    if against:
+        out.print(against, highlight=False)
+
+
+def _against_interval(plan_path: str, result: dict) -> str | None:
+    """`uniap run`'s measured iteration time against the plan's interval (None: the plan has none)."""
+    from uniap.plans import Plan
+    from uniap.profile.uncertainty import measured_against
+
+    return measured_against(Plan.load(plan_path), float(result["iteration_time_s"]))
+
+
+def _with_runner_ups(result, spec, clus, workload, profile, schedule, solver, max_tp, max_cp, max_virtual_stages,
+                     time_limit):
+    """The chosen plan with its interval, and the runner-ups (also recorded in its `search` facts)."""
+    from dataclasses import replace
+
+    from uniap.profile.calibration import profile_of
+    from uniap.profile.uncertainty import Intervals
+    from uniap.runnerups import runner_ups
+    from uniap.views import describe
+
+    intervals = Intervals(clus, profile_of(clus), spec, workload, profile)
+    result = intervals.attach(result)
+    found, complete = runner_ups(spec, clus, workload, result, intervals, schedule=schedule, solver=solver,
+                                 max_tp=max_tp, max_cp=max_cp, max_virtual_stages=max_virtual_stages,
+                                 time_limit=time_limit or 60.0)
+    listed = [{"plan": describe(r.plan), "iteration_time_s": float(r.plan.predicted["iteration_time_s"]),
+               "interval_s": None if r.plan.interval is None else [r.plan.interval.low_s, r.plan.interval.high_s],
+               "slower": r.slower, "tie": r.tie} for r in found]
+    search = dict(result.search or {}, runner_ups=listed, runner_ups_complete=complete)
+    return replace(result, search=search), found, complete
 
 
 def _model_from_plan(plan):

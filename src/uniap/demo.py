@@ -298,6 +298,52 @@ def _summary(rows, config, model, cluster, global_batch, steps, rounds, profile_
     return result
 
 
+def score_intervals(result: dict, out_dir: str | Path) -> dict:
+    """What the profile's spread says of the demo's predictions (`uniap.profile.uncertainty`), added to `result`:
+    per row its interval (`interval_s`, around its prediction) and whether the measured time fell inside; the
+    share inside (`inside_interval`); and `by_passes`: the median error and τ had every plan been costed with the
+    profile's first k passes only (k = 1 .. passes), the figures `uniap profile --passes`'s default rests on.
+    Nothing is measured: it reads OUT_DIR/profile.json and OUT_DIR/plans/*.json (the rows' order)."""
+    from uniap.plans import Plan
+    from uniap.profile.calibration import calibrate
+    from uniap.profile.schema import load_profile
+    from uniap.profile.uncertainty import Intervals, first_passes, predicted_time
+    from uniap.spec.families import build_layers
+    from uniap.spec.workload import Workload
+
+    out = Path(out_dir)
+    doc = load_profile(out / "profile.json")
+    config = ModelConfig(**result["model"]["config"])
+    model = build_layers(config, int(result["model"]["seq_len"]))
+    workload = Workload(int(result["global_batch"]), model.seq_len, "fp32")
+    cluster = local_cluster(int(doc["world_size"]))
+    plans = [Plan.load(path) for path in sorted((out / "plans").glob("*.json"))]
+    if len(plans) != len(result["rows"]):
+        raise UniapError(f"{out / 'plans'} holds {len(plans)} plans but the result {len(result['rows'])} rows")
+    intervals = Intervals(cluster, doc, model, workload, str(out / "profile.json"))
+    inside = []
+    for row, plan in zip(result["rows"], plans):
+        iv = intervals.of(plan, center=row["predicted_s"])
+        if iv is None:
+            continue
+        row["interval_s"] = [iv.low_s, iv.high_s]
+        row["interval_replicate_s"] = list(iv.replicate_s)
+        row["inside"] = bool(iv.low_s <= row["measured_s"] <= iv.high_s)
+        inside.append(row["inside"])
+        result["interval_method"] = iv.method
+    result["inside_interval"] = sum(inside) / len(inside) if inside else None
+    measured = [row["measured_s"] for row in result["rows"]]
+    by_passes = {}
+    for k in range(1, int(doc["method"].get("passes", 1)) + 1):
+        costed = calibrate(cluster, first_passes(doc, k), model=model, workload=workload)
+        predicted = [predicted_time(plan, model, costed) for plan in plans]
+        errors = [abs(p - m) / m for p, m in zip(predicted, measured)]
+        by_passes[str(k)] = {"median_abs_rel_error": float(np.median(errors)),
+                             "kendall_tau": kendall_tau(predicted, measured)}
+    result["by_passes"] = by_passes
+    return result
+
+
 def _check_counts(nproc: int, steps: int, rounds: int) -> None:
     if nproc < 1:
         raise UniapError(f"--nproc must be >= 1, got {nproc}")

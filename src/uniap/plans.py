@@ -130,6 +130,39 @@ class PipelineSection(_Section):
     """Chunks per stage v (interleaved 1F1B: 2 or more; zero bubble: 1 or more; 1 otherwise)."""
 
 
+@dataclass(frozen=True)
+class IntervalSection(_Section):
+    """The uncertainty of a calibrated prediction (`uniap.profile.uncertainty`): where the iteration time should
+    fall, from the spread of the profile the plan was costed with."""
+
+    low_s: float
+    """Low end of the interval on the iteration time (seconds)."""
+    high_s: float
+    """High end (seconds); the point prediction is `predicted.iteration_time_s`."""
+    level: float
+    """Nominal two-sided coverage (0.9: a 90 % prediction interval)."""
+    replicates: int
+    """Replicate profiles the spread was measured over (passes, or repetitions of a one-pass profile)."""
+    kind: str
+    """What the replicates are: "passes" or "repetitions"."""
+    replicate_s: tuple[float, ...]
+    """The plan's iteration time costed with each replicate alone (seconds)."""
+    method: str
+    """How the interval was derived, in words."""
+    profile: str | None = None
+    """The profile file it was derived from (None: a profile given as a document)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "replicate_s", tuple(float(x) for x in self.replicate_s))
+        if not 0.0 <= float(self.low_s) <= float(self.high_s):
+            raise UniapError(f"malformed plan: interval {self.low_s}..{self.high_s} is not 0 <= low <= high")
+
+    def to_json(self) -> dict:
+        out = super().to_json()
+        out["replicate_s"] = list(self.replicate_s)
+        return out
+
+
 _SECTIONS = {"model": ModelSection, "cluster": ClusterSection, "workload": WorkloadSection,
              "pipeline": PipelineSection}
 
@@ -149,10 +182,15 @@ class Plan:
     """What the cost model predicts (iteration_time_s, peak_memory_bytes per stage, ...); {} when not costed."""
     search: dict | None = None
     """What the search proved (solver, time, optimality, gap, ...); None for plans not searched."""
+    interval: IntervalSection | None = None
+    """The uncertainty interval of `predicted.iteration_time_s` when costed with a profile that records its
+    spread (`uniap.profile.uncertainty`); None otherwise and in plans older than the field."""
 
     def __post_init__(self) -> None:
         for name, cls in _SECTIONS.items():
             object.__setattr__(self, name, _section(cls, getattr(self, name), name))
+        if self.interval is not None:
+            object.__setattr__(self, "interval", _section(IntervalSection, self.interval, "interval"))
 
     # -- identity -------------------------------------------------------------------------------
     @property
@@ -196,6 +234,8 @@ class Plan:
         }
         if self.search is not None:
             out["search"] = self.search
+        if self.interval is not None:
+            out["interval"] = self.interval.to_json()
         return out
 
     def dumps(self) -> str:
@@ -224,6 +264,7 @@ class Plan:
                         for l in data["layers"]],
                 predicted=dict(data.get("predicted", {})),
                 search=data.get("search"),
+                interval=data.get("interval"),
             )
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise UniapError(f"malformed plan: missing or bad field {exc}") from None

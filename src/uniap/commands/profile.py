@@ -18,6 +18,13 @@ from uniap.commands.options import FMT, SEQ, Fmt, emit_json
 from uniap.errors import UniapError
 
 
+DEFAULT_PASSES = 3
+"""Launches `uniap profile` measures in by default (docs/cost-model.md, "Passes": the figures it rests on)."""
+PASSES_HELP = ("Launches of the ranks, one pass over everything each (--reps repetitions per figure), merged: "
+               "the median over all their repetitions, the spread between passes kept per figure (the intervals "
+               "of `plan`/`estimate --profile`). Default 3: the figures are in docs/cost-model.md, \"Passes\".")
+
+
 def parse_sizes(text: str) -> list[int]:
     try:
         sizes = [int(part) for part in text.replace(" ", "").split(",") if part]
@@ -101,14 +108,13 @@ def profile_command(
                                                                                 "layers are timed (a line is fitted)."),
     reps: int = typer.Option(5, "--reps", help="Timed repetitions per figure (median kept)."),
     warmup: int = typer.Option(2, "--warmup", help="Untimed repetitions before them."),
-    passes: int = typer.Option(1, "--passes", help="Passes over everything, each with --reps repetitions (a slow "
-                                                   "spell of a shared machine then touches every figure a little)."),
+    passes: int = typer.Option(DEFAULT_PASSES, "--passes", help=PASSES_HELP),
     max_tp: Optional[int] = typer.Option(None, "--max-tp", help="Largest tensor-parallel degree to measure."),
     timeout_s: float = typer.Option(120.0, "--timeout", help="Seconds a collective may wait before profiling fails."),
     fmt: Fmt = FMT,
 ) -> None:
     """Measure layer times/memory per strategy and collective α–β on local ranks; write a profile for --profile."""
-    from uniap.profile.collect import profile_model
+    from uniap.profile.collect import measure_in_launches
     from uniap.spec import load_model
 
     spec = load_model(model, seq_len)
@@ -116,8 +122,8 @@ def profile_command(
     err = Console(stderr=True)
     bar, update = progress_bar(err)
     with bar:
-        doc = profile_model(spec.config, spec.seq_len, nproc, micro_batch_sizes=sizes, reps=reps, warmup=warmup,
-                            passes=passes, max_tp=max_tp, timeout_s=timeout_s, progress=update)
+        doc = measure_in_launches(spec.config, spec.seq_len, nproc, passes, micro_batch_sizes=sizes, reps=reps,
+                                  warmup=warmup, max_tp=max_tp, timeout_s=timeout_s, progress=update)
     try:
         with open(out, "w") as fh:
             json.dump(doc, fh, indent=1)

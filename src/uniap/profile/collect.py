@@ -98,6 +98,23 @@ def profile_model(config: ModelConfig, seq_len: int, nproc: int | None = None, *
     return Profiling(config, seq_len, nproc, **request).measure(passes, progress)
 
 
+def measure_in_launches(config: ModelConfig, seq_len: int, nproc: int | None, launches: int, *, progress=None,
+                        **request) -> dict:
+    """`uniap profile --passes N`: one pass in each of `launches` launches of the ranks, merged (`merge_raw`) as
+    `uniap demo` merges its passes; the profile document of them all. Each launch starts fresh processes (thread
+    placement, allocator, warm caches), so its pass samples what a later run starts with, not only the seconds
+    after the previous pass."""
+    if int(launches) < 1:
+        raise UniapError(f"--passes must be >= 1, got {launches}")
+    profiling = Profiling(config, seq_len, nproc, **request)
+    doc = None
+    for i in range(int(launches)):
+        step = None if progress is None else (
+            lambda done, total, what, i=i: progress(done, total, f"{what} (launch {i + 1}/{launches})"))
+        doc = profiling.measure(1, step)
+    return doc
+
+
 def merge_raw(old: dict, new: dict) -> dict:
     """Rank 0's raw measurements of two launches of the same request as one (`items.merge_measurements` per
     item, in the order both walked them)."""
@@ -151,6 +168,7 @@ def assemble(raw: dict, config: ModelConfig, seq_len: int, world: int, spec: dic
             "optimizer_s": fit.median(entry["optimizer_s"]) if entry["optimizer_s"] else 0.0,
             "spread": [_spread(row["fwd_bwd_s"]) for row in entry["rows"]],
             "calls_per_rep": [int(row.get("inner", 1)) for row in entry["rows"]],
+            **_repetitions([row["fwd_bwd_s"] for row in entry["rows"]], spec),
         }
         layers.append(record)
         for alias in _aliases(s):
@@ -161,7 +179,8 @@ def assemble(raw: dict, config: ModelConfig, seq_len: int, world: int, spec: dic
         med = [fit.median(row["times_s"]) for row in entry["rows"]]
         collectives.append({"op": entry["op"], "n": int(entry["n"]), "bytes": sizes, "median_s": med,
                             "fit": fit.fit_line(sizes, med).to_json(),
-                            "spread": [_spread(row["times_s"]) for row in entry["rows"]]})
+                            "spread": [_spread(row["times_s"]) for row in entry["rows"]],
+                            **_repetitions([row["times_s"] for row in entry["rows"]], spec)})
     pipeline = []
     for e in raw.get("pipeline", []):
         step = fit.median(e["step_s"])
@@ -252,3 +271,19 @@ def _spread(values) -> float:
     """(max − min) / median of the repetitions: how noisy the figure was."""
     med = fit.median(values)
     return float((max(values) - min(values)) / med) if med > 0 else 0.0
+
+
+def _repetitions(rows: list[list[float]], spec: dict) -> dict:
+    """Per measured point (micro-batch size or message size): every repetition (`reps_s`, pass after pass),
+    the median of each pass (`pass_median_s`) and the spread of those medians across passes (`pass_spread`,
+    (max − min) / median; 0 for one pass). What `uniap.profile.uncertainty` derives intervals from."""
+    reps = max(int(spec.get("reps", 1)), 1)
+    passes, per_pass = [], []
+    for values in rows:
+        values = [float(v) for v in values]
+        chunks = [values[i:i + reps] for i in range(0, len(values), reps)] if len(values) % reps == 0 else [values]
+        medians = [fit.median(c) for c in chunks]
+        per_pass.append(medians)
+        passes.append(_spread(medians))
+    return {"reps_s": [[float(v) for v in values] for values in rows], "pass_median_s": per_pass,
+            "pass_spread": passes}

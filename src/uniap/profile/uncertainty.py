@@ -1,0 +1,197 @@
+"""How far a calibrated prediction can be trusted: an interval from the spread of the profile it was costed with.
+
+Torch-free (planning with a profile needs no torch).
+
+A profile measured in N ≥ 2 passes holds, for every measured point (a layer and strategy at a micro-batch size,
+a collective at a message size), the median of each pass (`pass_median_s`, written by `profile.collect`). The
+profile of pass k alone is a *replicate*: the same figures as a user who had measured only then would have got.
+Costing a plan with each of the n replicates gives n predictions p_1..p_n; their standard deviation s is how much
+the prediction moves with the machine's state at the time of measuring. The interval is the Student-t prediction
+interval for one more such prediction (one more pass, as a later run samples the machine again):
+
+    predicted ± t(0.95, n − 1) · s · √(1 + 1/n)          (nominal 90 %)
+
+around the prediction of the whole profile. A one-pass profile has no spread between passes; its replicates are
+then its repetitions (repetition k of every figure), back to back within seconds: they miss the drift of a shared
+machine over minutes, so such an interval is narrower than the truth (the method says so). A profile older than
+the recording of repetitions has no interval. Figures the profile keeps only as medians (the whole-chain
+all-reduce scale, the pipeline slot cost, memory) are the same in every replicate.
+
+Nothing here is fitted to runs: no factor widens or narrows the interval towards a coverage target.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import replace
+
+from uniap.errors import UniapError
+
+LEVEL = 0.90
+"""Nominal coverage of the intervals (two-sided)."""
+
+_T95 = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.796, 1.782, 1.771, 1.761, 1.753,
+        1.746, 1.740, 1.734, 1.729, 1.725, 1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701, 1.699, 1.697)
+"""Student's t 0.95 quantile for 1..30 degrees of freedom (1.645, the normal's, beyond)."""
+
+
+def t95(dof: int) -> float:
+    """Student's t 0.95 quantile with `dof` degrees of freedom."""
+    if dof < 1:
+        raise UniapError(f"a t quantile needs at least one degree of freedom, got {dof}")
+    return _T95[dof - 1] if dof <= len(_T95) else 1.645
+
+
+def prediction_interval(center: float, replicates: list[float]) -> tuple[float, float]:
+    """center ± t(0.95, n − 1)·s·√(1 + 1/n), s the sample standard deviation of `replicates` (n ≥ 2); the low
+    end is kept at 0 or above."""
+    n = len(replicates)
+    if n < 2:
+        raise UniapError(f"an interval needs at least 2 replicate predictions, got {n}")
+    half = t95(n - 1) * statistics.stdev(replicates) * math.sqrt(1.0 + 1.0 / n)
+    return max(center - half, 0.0), center + half
+
+
+def replicate_profiles(doc: dict) -> tuple[list[dict], str]:
+    """The profile's replicates (see the module docstring) and what they are: "passes", "repetitions", or
+    "none" (an empty list) for a profile without recorded repetitions or with only one of each."""
+    records = list(doc["layers"]) + list(doc["collectives"])
+    if not records or not all("pass_median_s" in r and "reps_s" in r for r in records):
+        return [], "none"
+    passes = min(len(m) for r in records for m in r["pass_median_s"])
+    key, kind = ("pass_median_s", "passes") if passes >= 2 else ("reps_s", "repetitions")
+    n = passes if passes >= 2 else min(len(v) for r in records for v in r["reps_s"])
+    if n < 2:
+        return [], "none"
+    return [rebuilt(doc, lambda rec, j, k=k: float(rec[key][j][k])) for k in range(n)], kind
+
+
+def first_passes(doc: dict, k: int) -> dict:
+    """The profile as it stood after its first `k` passes (medians over their repetitions; the figures kept
+    only as medians unchanged)."""
+    from uniap.profile.fit import median
+
+    reps = int(doc["method"]["reps"])
+    records = list(doc["layers"]) + list(doc["collectives"])
+    if not all("reps_s" in r for r in records):
+        raise UniapError("the profile records no repetitions (measured before they were recorded)")
+    return rebuilt(doc, lambda rec, j: median(rec["reps_s"][j][:k * reps]))
+
+
+def rebuilt(doc: dict, figure) -> dict:
+    """`doc` with every measured point's time replaced by figure(record, point index) and its fits redone."""
+    from uniap.profile.fit import fit_line
+    from uniap.profile.schema import fitted_figures
+    from uniap.spec.model import ModelConfig
+
+    layers = []
+    for rec in doc["layers"]:
+        total = [figure(rec, j) for j in range(len(rec["samples"]))]
+        ratio = [t / m if m > 0 else 1.0 for t, m in zip(total, rec["fwd_bwd_s"])]
+        layers.append({**rec, "fwd_bwd_s": total, "fit": fit_line(rec["samples"], total).to_json(),
+                       "fwd_s": [f * q for f, q in zip(rec["fwd_s"], ratio)],
+                       "bwd_s": [b * q for b, q in zip(rec["bwd_s"], ratio)]})
+    collectives = []
+    for rec in doc["collectives"]:
+        med = [figure(rec, j) for j in range(len(rec["bytes"]))]
+        collectives.append({**rec, "median_s": med, "fit": fit_line(rec["bytes"], med).to_json()})
+    out = {**doc, "layers": layers, "collectives": collectives}
+    out["fitted"] = fitted_figures(out, ModelConfig(**doc["model"]["config"]), int(doc["model"]["seq_len"]))
+    return out
+
+
+def method_text(kind: str, n: int) -> str:
+    """How an interval of `kind` over `n` replicates was derived, in words (printed and kept in the plan)."""
+    what = {"passes": f"the {n} profile passes, each costed alone",
+            "repetitions": f"the {n} repetitions of a one-pass profile, each costed alone (back to back: they "
+                           "miss the drift of a shared machine, so the interval is too narrow; measure with "
+                           "`uniap profile --passes 3` or more)"}[kind]
+    return (f"{int(LEVEL * 100)}% prediction interval: whole-profile prediction ± t(0.95, {n - 1}) · s · "
+            f"√(1 + 1/{n}), s the standard deviation of the predictions of {what}")
+
+
+class Intervals:
+    """Intervals of many plans under one profile: the replicate clusters are calibrated once."""
+
+    def __init__(self, cluster, doc: dict, model, workload, profile_name: str | None = None):
+        from uniap.profile.calibration import calibrate
+
+        self.replicates, self.kind = replicate_profiles(doc)
+        self.clusters = [calibrate(cluster, r, model=model, workload=workload) for r in self.replicates]
+        self.model, self.profile_name = model, profile_name
+
+    @property
+    def available(self) -> bool:
+        return len(self.clusters) >= 2
+
+    def of(self, plan, center: float | None = None):
+        """The plan's IntervalSection (None when the profile has no spread to derive one from). center: the
+        whole profile's prediction (default: the plan's `predicted` iteration time)."""
+        from uniap.plans import IntervalSection
+
+        if not self.available:
+            return None
+        point = float(plan.predicted["iteration_time_s"]) if center is None else float(center)
+        preds = [predicted_time(plan, self.model, c) for c in self.clusters]
+        low, high = prediction_interval(point, preds)
+        return IntervalSection(low_s=low, high_s=high, level=LEVEL, replicates=len(preds), kind=self.kind,
+                               replicate_s=tuple(preds), method=method_text(self.kind, len(preds)),
+                               profile=self.profile_name)
+
+    def attach(self, plan):
+        """The plan with its interval (unchanged when there is none)."""
+        section = self.of(plan)
+        return plan if section is None else replace(plan, interval=section)
+
+
+def predicted_time(plan, model, cluster) -> float:
+    """The plan's iteration time under `cluster`'s cost model (what `estimate --plan` predicts)."""
+    from uniap.estimate import cost_plan, predict, workload_of
+
+    program, stage_of, strategy_of = cost_plan(plan, model, cluster)
+    return float(predict(model, cluster, workload_of(plan), program, stage_of, strategy_of)["iteration_time_s"])
+
+
+def with_interval(plan, model, cluster, profile_name: str | None = None):
+    """`plan` (costed under `cluster`, calibrated with a profile) with its interval from that profile's spread,
+    or with none (`interval=None`) when the profile records no spread or `cluster` is not calibrated."""
+    from uniap.profile.calibration import profile_of
+
+    doc = profile_of(cluster)
+    if not doc:
+        return replace(plan, interval=None)
+    from uniap.estimate import workload_of
+
+    intervals = Intervals(cluster, doc, model, workload_of(plan), profile_name)
+    return replace(plan, interval=intervals.of(plan))
+
+
+NO_INTERVAL = ("no interval: the profile records no spread (written before repetitions were recorded, or with "
+               "one repetition of one pass); measure it again with `uniap profile --passes 3`")
+
+
+def interval_line(plan) -> str | None:
+    """'predicted 12.3 ms, 90% interval 11.0–13.6 ms (...)' for a plan with an interval, else None."""
+    iv = plan.interval
+    if iv is None:
+        return None
+    point = float(plan.predicted["iteration_time_s"])
+    return (f"predicted {_ms(point)}, {int(iv.level * 100)}% interval {_ms(iv.low_s)} – {_ms(iv.high_s)} "
+            f"(±{(iv.high_s - point) / point * 100:.1f}%; {iv.method})")
+
+
+def measured_against(plan, measured_s: float) -> str | None:
+    """How a measured iteration time sits against the plan's interval, in one line (None without one)."""
+    iv = plan.interval
+    if iv is None:
+        return None
+    point = float(plan.predicted["iteration_time_s"])
+    where = ("inside" if iv.low_s <= measured_s <= iv.high_s
+             else "ABOVE" if measured_s > iv.high_s else "BELOW")
+    return (f"measured {_ms(measured_s)} against predicted {_ms(point)}, {int(iv.level * 100)}% interval "
+            f"{_ms(iv.low_s)} – {_ms(iv.high_s)}: {where} (error {(point - measured_s) / measured_s * 100:+.1f}%)")
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.4g} ms" if seconds < 10 else f"{seconds:.4g} s"
