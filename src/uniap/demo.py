@@ -270,6 +270,7 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
     timings["total_s"] = time.perf_counter() - started
     result = _summary(rows, config, model, cluster, global_batch, steps, rounds, profile_path, out, chosen, timings,
                       planned_with, profile_error, whole_choice)
+    score_intervals(result, out)
     png = out / "predicted_vs_measured.png"
     draw(result, png)
     result["figure"] = str(png)
@@ -334,7 +335,7 @@ def score_intervals(result: dict, out_dir: str | Path) -> dict:
     result["inside_interval"] = sum(inside) / len(inside) if inside else None
     measured = [row["measured_s"] for row in result["rows"]]
     by_passes = {}
-    for k in range(1, int(doc["method"].get("passes", 1)) + 1):
+    for k in range(1, int(doc["method"].get("passes", 1)) + 1 if intervals.kind != "none" else 1):
         costed = calibrate(cluster, first_passes(doc, k), model=model, workload=workload)
         predicted = [predicted_time(plan, model, costed) for plan in plans]
         errors = [abs(p - m) / m for p, m in zip(predicted, measured)]

@@ -269,3 +269,22 @@ def test_planning_with_a_profile_needs_no_torch(path):
             "estimate_uniform(m, c, w, dp=4); assert 'torch' not in sys.modules, 'torch imported'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_pipeline_slot_cost_is_added_once_per_stage_whatever_the_strategy():
+    """Issue 24: ε per slot is a time, not a factor: a tensor-parallel stage 5x slower than the fastest carries the
+    same ε as a data-parallel one (as a factor it carried 5 ε, over-predicting pipelines of slow tp stages)."""
+    from uniap.profile.calibration import adjust_tables, pipeline_overhead
+
+    overhead = calibrate(load_cluster("cpu:1x4"), synthetic_profile(TINY, SEQ, 4, per_slot=0.005))
+    fastest = np.full(6, 0.01)
+    added = pipeline_overhead(overhead, 2, 4, fastest)
+    assert added.sum() == pytest.approx(2 * 0.005)  # one ε per stage and micro-batch, 2 stages
+    assert pipeline_overhead(overhead, 1, 4, fastest).sum() == 0.0
+    assert pipeline_overhead(overhead, 2, 4, fastest, 3).sum() == pytest.approx(2 * 3 * 0.005)
+    A = np.column_stack([np.full(6, 0.01), np.full(6, 0.05)])  # a fast and a 5x slower strategy
+    out, _, _ = adjust_tables(overhead, MODEL, FP32, [Strategy(2, 1), Strategy(1, 2)], 2, 4, "1f1b", 1, A,
+                              np.zeros((2, 2)), np.ones_like(A, dtype=bool))
+    phi = concurrency_scale(overhead, 2, 4)
+    added = out - A * phi
+    assert np.allclose(added[:, 0], added[:, 1]) and added[:, 0].sum() > 0

@@ -16,18 +16,24 @@ from uniap.commands.options import FMT, Fmt, emit_json
 
 
 def demo_table(result: dict) -> Table:
-    """One row per plan, fastest measured first: predicted and measured time, error, ranks, memory."""
+    """One row per plan, fastest measured first: predicted time and its interval (✗: measured outside it),
+    measured time, error, ranks, memory."""
     table = Table(title=f"{result['model']['name']} ({result['model']['parameters'] / 1e6:.1f} M parameters, seq "
                         f"{result['model']['seq_len']}, global batch {result['global_batch']}) on {result['cluster']}: "
                         f"iteration time and peak memory per rank, predicted vs measured",
                   title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for col, justify in (("plan", "left"), ("pred ms", "right"), ("meas ms", "right"), ("error", "right"),
-                         ("rank p/m", "right"), ("mem MB p/m", "right"), ("mem err", "right")):
-        table.add_column(col, justify=justify, no_wrap=True)
+    intervals = any(r.get("interval_s") for r in result["rows"])
+    for col, justify in (("plan", "left"), ("pred ms", "right"), ("90% interval", "right"), ("meas ms", "right"),
+                         ("error", "right"), ("rank p/m", "right"), ("mem MB p/m", "right"), ("mem err", "right")):
+        if col != "90% interval" or intervals:
+            table.add_column(col, justify=justify, no_wrap=True)
     for r in sorted(result["rows"], key=lambda r: r["measured_rank"]):
         name = f"[bold]{r['plan']}[/bold]" if r["chosen"] else r["plan"]
         merr = r.get("memory_error")
-        table.add_row(name, f"{r['predicted_s'] * 1e3:.1f}", f"{r['measured_s'] * 1e3:.1f}",
+        span = r.get("interval_s")
+        cells = [f"{span[0] * 1e3:.1f}–{span[1] * 1e3:.1f}" + ("" if r["inside"] else " ✗")] if span else (
+            ["—"] if intervals else [])
+        table.add_row(name, f"{r['predicted_s'] * 1e3:.1f}", *cells, f"{r['measured_s'] * 1e3:.1f}",
                       f"{r['error'] * 100:+.1f}%", f"{r['predicted_rank']}/{r['measured_rank']}",
                       f"{r['predicted_memory_bytes'] / 1e6:.1f}/{r['measured_memory_bytes'] / 1e6:.1f}",
                       "—" if merr is None else f"{merr * 100:+.1f}%")
@@ -51,6 +57,14 @@ def summary_lines(result: dict) -> list[str]:
         lines.append(f"planned with {result['planned_with']}; predictions use every pass (the later ones measured "
                      "between the rounds); the whole profile chooses "
                      + ("the same plan" if same else f"another: {result['whole_profile_plan']}"))
+    if result.get("inside_interval") is not None:
+        inside = [r for r in result["rows"] if r.get("inside")]
+        lines.append(f"measured inside their predicted interval: [bold]{len(inside)} of {len(result['rows'])}"
+                     f"[/bold] ({result['interval_method']})")
+    if len(result.get("by_passes") or {}) > 1:
+        lines.append("median |error| costed with the first k profile passes only: " + ", ".join(
+            f"k={k} {v['median_abs_rel_error'] * 100:.1f}% (τ {v['kendall_tau']:.2f})"
+            for k, v in result["by_passes"].items()))
     if result.get("profile_error"):
         lines.append(f"profiling stopped early: {result['profile_error']}")
     t = result["timings_s"]

@@ -22,7 +22,7 @@ DEFAULT_PASSES = 3
 """Launches `uniap profile` measures in by default (docs/cost-model.md, "Passes": the figures it rests on)."""
 PASSES_HELP = ("Launches of the ranks, one pass over everything each (--reps repetitions per figure), merged: "
                "the median over all their repetitions, the spread between passes kept per figure (the intervals "
-               "of `plan`/`estimate --profile`). Default 3: the figures are in docs/cost-model.md, \"Passes\".")
+               "of `plan`/`estimate --profile`). Default 3: the figures are in docs/profiling.md, \"How many passes\".")
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -106,7 +106,9 @@ def profile_command(
     out: str = typer.Option("profile.json", "--out", "-o", help="Profile file to write."),
     micro_batch_sizes: str = typer.Option("1,2,4", "--micro-batch-sizes", help="Samples per dp shard at which "
                                                                                 "layers are timed (a line is fitted)."),
-    reps: int = typer.Option(5, "--reps", help="Timed repetitions per figure (median kept)."),
+    reps: int = typer.Option(3, "--reps", help="Timed repetitions per figure and pass (the median over every "
+                                               "pass's repetitions is kept; 3 reps × 3 passes is what `uniap demo` "
+                                               "measures)."),
     warmup: int = typer.Option(2, "--warmup", help="Untimed repetitions before them."),
     passes: int = typer.Option(DEFAULT_PASSES, "--passes", help=PASSES_HELP),
     max_tp: Optional[int] = typer.Option(None, "--max-tp", help="Largest tensor-parallel degree to measure."),

@@ -212,8 +212,10 @@ def adjust_tables(cluster: ClusterSpec, model, workload, strategies: list[Strate
                   schedule: str, virtual_stages: int, A: np.ndarray, R: np.ndarray, allowed: np.ndarray):
     """What the measured runtime does beyond the sum of its per-layer figures, for one pipeline configuration.
 
-    1. contention and pipeline overhead (`pipeline_scale`) on the per-micro-batch stage tables;
-    2. the runtime runs 1F1B with fewer micro-batches than stages as GPipe (torch's 1F1B needs c >= P), which
+    1. contention (`concurrency_scale`, φ) on the per-micro-batch stage tables A and R;
+    2. the pipeline machinery's per-slot cost (`pipeline_slot_cost`), added to A: per layer, whatever its
+       strategy, its share of ε·sharing(b)·v per stage (`pipeline_overhead`);
+    3. the runtime runs 1F1B with fewer micro-batches than stages as GPipe (torch's 1F1B needs c >= P), which
        keeps all c micro-batches in flight.
     Returns (A, R, schedule).
     """
@@ -222,8 +224,30 @@ def adjust_tables(cluster: ClusterSpec, model, workload, strategies: list[Strate
     if not known.all():  # layers the profile lacks: their fastest entry in these tables
         table = np.where(allowed, np.asarray(A, dtype=float), np.inf).min(axis=1)
         best = np.where(known, best, table)
-    scale = pipeline_scale(cluster, stages, micro_batches, best[np.isfinite(best)], virtual_stages)
-    return A * scale, R * scale, schedule_named(schedule).runs_as(stages, micro_batches).name
+    best = np.where(np.isfinite(best), best, 0.0)
+    phi = concurrency_scale(cluster, stages, micro_batches, virtual_stages)
+    added = pipeline_overhead(cluster, stages, micro_batches, best, virtual_stages)
+    return A * phi + added[:, None], R * phi, schedule_named(schedule).runs_as(stages, micro_batches).name
+
+
+def pipeline_overhead(cluster: ClusterSpec, stages: int, micro_batches: int, fastest: np.ndarray,
+                      virtual_stages: int = 1) -> np.ndarray:
+    """(L,) seconds per micro-batch added to each layer, whatever its strategy, for the pipeline machinery.
+
+    Its per-slot cost ε(P) (measured by the profile, slowed by the ranks sharing cores like any other work) sits
+    on every slot of the schedule, v per micro-batch and stage when interleaved: ε·sharing(b)·v per stage and
+    micro-batch, spread over the chain's layers in proportion to their fastest time (`fastest_layer_times`), so
+    that a balanced stage carries one ε whatever its strategies. (Until issue 24 it was a factor on every entry
+    of A, 1 + ε·sharing·v/p̄: a strategy k times slower than the fastest carried k·ε, and a pipeline of slow
+    tensor-parallel stages — on CPU, latency-bound by gloo — was over-predicted by up to 2×.) 0 for one stage."""
+    fastest = np.asarray(fastest, dtype=float)
+    eps = pipeline_slot_cost(cluster, stages) if stages > 1 and profile_of(cluster) else 0.0
+    total = float(fastest.sum())
+    if eps <= 0 or total <= 0:
+        return np.zeros_like(fastest)
+    busy = busy_ranks(int(profile_of(cluster)["world_size"]), stages, micro_batches, virtual_stages)
+    per_stage = eps * sharing(cluster, busy) * virtual_stages
+    return per_stage * stages * fastest / total
 
 
 def all_reduce_scale(cluster: ClusterSpec) -> float:
@@ -290,7 +314,9 @@ def fastest_layer_times(cluster: ClusterSpec, model, workload, stages: int, micr
 
 def pipeline_scale(cluster: ClusterSpec, stages: int, micro_batches: int, fastest: np.ndarray,
                    virtual_stages: int = 1) -> float:
-    """Factor on the per-micro-batch stage tables (A, R) of a pipeline configuration: contention + overhead.
+    """The factor a layer of the balanced stage's mean time sees in a pipeline configuration: contention +
+    overhead, φ + ε·sharing(b)·v/p̄ (`adjust_tables` applies the two parts apart: φ on A and R, the overhead
+    added per layer by `pipeline_overhead`, the same for every strategy).
 
     1. contention (`concurrency_scale`): fewer ranks busy in a pipeline than when the layers were measured;
     2. the pipeline machinery's per-slot cost ε(P) (send/receive, schedule; measured by the profile, slowed by

@@ -104,9 +104,9 @@ def measure_in_launches(config: ModelConfig, seq_len: int, nproc: int | None, la
     `uniap demo` merges its passes; the profile document of them all. Each launch starts fresh processes (thread
     placement, allocator, warm caches), so its pass samples what a later run starts with, not only the seconds
     after the previous pass."""
+    profiling = Profiling(config, seq_len, nproc, **request)  # the request checked first
     if int(launches) < 1:
         raise UniapError(f"--passes must be >= 1, got {launches}")
-    profiling = Profiling(config, seq_len, nproc, **request)
     doc = None
     for i in range(int(launches)):
         step = None if progress is None else (
