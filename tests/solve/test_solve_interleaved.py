@@ -9,16 +9,17 @@ from uniap.solve.bounds import _least, front
 from uniap.solve.formulation import Formulation
 from uniap.solve.milp import solve
 from uniap.solve.program import evaluate, lower_bound, stage_times
+from uniap.schedules import INTERLEAVED_1F1B, schedule_named
 from uniap.solve.reduce import reduce_program
 from uniap.solve.reference import solve_reference
-from uniap.schedules import INTERLEAVED_1F1B, schedule_named
-
-
-def inflight(schedule, P, c, v=1):
-    return schedule_named(schedule).inflight(P, c, v)
 
 
 interleaved_order = INTERLEAVED_1F1B.order
+
+
+def inflight(schedule, P, c, v=1):
+    """The schedule's in-flight counts per chunk (`Schedule.inflight`)."""
+    return schedule_named(schedule).inflight(P, c, v)
 
 
 def _case(seed: int):

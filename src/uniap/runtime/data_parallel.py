@@ -66,18 +66,27 @@ class GradientAllReduce:
         if self._pending:
             return
         self._pending = len(self.params) * self.backwards_per_step
-        grads = [local_tensor(p.grad) for p in self.params]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        work = dist.all_reduce(flat, group=self.group, async_op=True)
+        torch.autograd.Variable._execution_engine.queue_callback(self.reduce(async_op=True))
+
+    def reduce(self, async_op: bool = False):
+        """Start one flat SUM all-reduce of the gradients; returns `finish()`, which waits for it and writes the
+        sums back (already done when not `async_op`)."""
+        grads = [local_tensor(p.grad) for p in self.params if p.grad is not None]
+        flat = torch.cat([g.reshape(-1) for g in grads]) if grads else None
+        work = dist.all_reduce(flat, group=self.group, async_op=True) if grads else None
 
         def finish() -> None:
+            if work is None:
+                return
             work.wait()
             offset = 0
             for g in grads:
                 g.copy_(flat[offset:offset + g.numel()].view_as(g))
                 offset += g.numel()
 
-        torch.autograd.Variable._execution_engine.queue_callback(finish)
+        if not async_op:
+            finish()
+        return finish
 
 
 def apply_data_parallel(layer: nn.Module, dp_mesh: DeviceMesh, zero: int, mp_policy: MixedPrecisionPolicy | None = None,
@@ -114,14 +123,7 @@ def reduce_gradients_now(module: nn.Module) -> None:
     """All-reduce every ZeRO-0 layer's gradients under `module` at once (after a step whose weight passes the
     hooks did not see): the sync does not overlap the backward, as the hooks' does."""
     for sync in _syncs(module):
-        grads = [local_tensor(p.grad) for p in sync.params if p.grad is not None]
-        if grads:
-            flat = torch.cat([g.reshape(-1) for g in grads])
-            dist.all_reduce(flat, group=sync.group)
-            offset = 0
-            for g in grads:
-                g.copy_(flat[offset:offset + g.numel()].view_as(g))
-                offset += g.numel()
+        sync.reduce()
 
 
 def _syncs(module: nn.Module) -> list[GradientAllReduce]:
