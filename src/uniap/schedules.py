@@ -239,9 +239,15 @@ def held_until(schedule: Schedule) -> str:
 @functools.lru_cache(maxsize=4096)
 def _undominated(name: str, stage: int, stages: int, micro_batches: int, virtual_stages: int
                  ) -> tuple[tuple[int, ...], ...]:
-    """The stage's occupancy vectors that no other one covers (each candidate of a search asks again: cached)."""
-    moments = np.unique(np.array(_held_over_time(name, stage, stages, micro_batches, virtual_stages, every=True)),
-                        axis=0)
+    """The stage's occupancy vectors that no other one covers (each candidate of a search asks again: cached).
+    Only peaks can be: a moment after a forward that the next forward grows is covered by the next moment, and
+    one after a release by the moment before it."""
+    states = _held_over_time(name, stage, stages, micro_batches, virtual_stages, every=True)
+    totals = [sum(state) for state in states]
+    last = len(states) - 1
+    peaks = {state for i, state in enumerate(states)
+             if (i == 0 or totals[i] > totals[i - 1]) and (i == last or totals[i + 1] < totals[i])}
+    moments = np.array(sorted(peaks), dtype=int).reshape(len(peaks), -1)
     covered = np.zeros(len(moments), dtype=bool)
     for lo in range(0, len(moments), 256):  # the vectors are distinct: one ≥ another covers it
         block = moments[lo:lo + 256]

@@ -111,7 +111,7 @@ def test_interleaved_inflight_follows_the_torch_warmup():
 
 def test_held_patterns_bound_every_moment_of_the_schedule():
     """Every occupancy the schedule passes through is covered by one of the stage's patterns, and the patterns are
-    moments of it: the largest Σ held·Ma over them is the peak for any chunk sizes."""
+    moments of it, none covered by another: the largest Σ held·Ma over them is the peak for any chunk sizes."""
     for P, c, v in ((2, 4, 2), (4, 8, 2), (4, 16, 3), (3, 6, 4), (2, 24, 3), (4, 40, 2)):
         patterns = INTERLEAVED_1F1B.held_patterns(P, c, v)
         for d in range(P):
@@ -121,6 +121,8 @@ def test_held_patterns_bound_every_moment_of_the_schedule():
                 seen.add(tuple(held))
                 assert any(all(p >= h for p, h in zip(pattern, held)) for pattern in patterns[d])
             assert all(tuple(pattern) in seen for pattern in patterns[d])
+            for i, a in enumerate(patterns[d]):  # and none is covered by another: the peaks are all that is kept
+                assert not any(j != i and all(x >= y for x, y in zip(b, a)) for j, b in enumerate(patterns[d]))
 
 
 def test_scip_refuses_interleaved_programs():
