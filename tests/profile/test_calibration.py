@@ -288,3 +288,25 @@ def test_the_pipeline_slot_cost_is_added_once_per_stage_whatever_the_strategy():
     phi = concurrency_scale(overhead, 2, 4)
     added = out - A * phi
     assert np.allclose(added[:, 0], added[:, 1]) and added[:, 0].sum() > 0
+
+
+def test_a_calibrated_search_takes_only_what_the_profile_measured(doc):
+    """A strategy the profile did not measure would be priced by the analytic model, which knows nothing of the
+    measured machine; the solver would pick it for that error (issue 24: the demo's planner chose selective
+    recompute, unmeasured, and ran 43 % slower than predicted). The profile measures every recompute level the
+    runtime runs, and a profile without one (older files) searches without it."""
+    from uniap.planner import plan_search
+    from uniap.runtime.checks import RUN_RECOMPUTE
+
+    measured = {Strategy.from_json(rec["strategy"]).recompute for rec in doc["layers"] if rec["kind"] == "block"}
+    assert measured == set(RUN_RECOMPUTE)
+    older = dict(doc, layers=[rec for rec in doc["layers"] if rec["strategy"]["recompute"] in ("none", "full", False,
+                                                                                                True)])
+    for profile in (doc, older):
+        cluster = calibrate(load_cluster("cpu:1x4"), profile, model=MODEL, workload=FP32)
+        held = {(Strategy.from_json(rec["strategy"])) for rec in profile["layers"]}
+        plan = plan_search(MODEL, cluster, FP32, workers=1)
+        for layer in plan.layers:
+            s = layer.strategy
+            assert Strategy(s.dp, s.tp, s.zero if s.dp > 1 else 0, s.recompute, s.sp, cp=s.cp) in held, s.label()
+        assert cluster.costs.holds(Strategy(4, 1, recompute="selective")) == (profile is doc)

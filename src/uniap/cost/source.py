@@ -20,6 +20,11 @@ from uniap.strategies import Strategy
 
 
 class CostSource(Protocol):
+    def holds(self, s: Strategy) -> bool:
+        """Whether the source measured `s` on some layer: the search leaves the others out, since the analytic
+        model that would price them knows nothing of the measured machine (and the solver would pick them for
+        that error)."""
+
     def layer_cost(self, cluster: ClusterSpec, layer: LayerSpec, s: Strategy, micro_batch: int,
                    workload: Workload) -> tuple[float, float, float, float] | None:
         """(A, G, Ms, Ma) of `layer` under `s` for a micro-batch of `micro_batch` samples, or None if not measured."""

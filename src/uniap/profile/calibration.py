@@ -96,6 +96,10 @@ class MeasuredCosts:
 
     def __init__(self, doc: dict):
         self.doc = doc
+        self.held = {_normal(Strategy.from_json(rec["strategy"])) for rec in doc["layers"]}
+
+    def holds(self, s):
+        return _normal(s) in self.held
 
     def layer_cost(self, cluster, layer, s, micro_batch, workload):
         return measured_layer_cost(cluster, layer, s, micro_batch, workload)

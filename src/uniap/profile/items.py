@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from uniap.spec.families import build_layers
 from uniap.spec.model import ModelConfig
-from uniap.strategies import Strategy, divisors
+from uniap.strategies import RECOMPUTE_LEVELS, Strategy, divisors
 
 
 @dataclass(frozen=True)
@@ -40,14 +40,17 @@ def runnable(config: ModelConfig, kind: str, s: Strategy) -> bool:
 
 
 def measured_strategies(d: int, kind: str, config: ModelConfig, max_tp: int | None = None) -> list[Strategy]:
-    """Strategies measured for a stage of d ranks: ZeRO 0, 2, 3 (1 runs as 2), recompute on/off, no sp (runs as tp)."""
+    """Strategies measured for a stage of d ranks: ZeRO 0, 2, 3 (1 runs as 2), every recompute level the runtime
+    runs (the blocks'; embed and head take none), no sp (runs as tp). A calibrated search takes only what the
+    profile holds (`profile.calibration.MeasuredCosts.holds`): a level left unmeasured would be priced by the
+    analytic model, which knows nothing of the measured machine, and the solver would pick it for that error."""
     out = []
     for tp in divisors(d):
         if max_tp is not None and tp > max_tp:
             continue
         dp = d // tp
         for zero in ((0, 2, 3) if dp > 1 else (0,)):
-            for rc in (False, True):
+            for rc in RECOMPUTE_LEVELS:
                 s = Strategy(dp=dp, tp=tp, zero=zero, recompute=rc)
                 if runnable(config, kind, s):
                     out.append(s)
