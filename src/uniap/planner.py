@@ -59,14 +59,17 @@ def build_candidate(candidate: tuple[int, int, int], model: ModelSpec, cluster: 
                     schedules: tuple[str, ...], max_tp: int | None, cache: dict | None = None,
                     max_cp: int | None = None) -> StageProgram | None:
     """Tables of one (P, c, v), or None when no strategy can split its micro-batch. `cache`, a dict the caller
-    keeps, holds what the last (P, c) priced (`candidates` lists the v's of one (P, c) in a row)."""
+    keeps, holds every (P, c)'s strategies and their per-signature costs (kilobytes each: a candidate solved
+    after its bound was taken is not priced again) and the tables the last (P, c) priced (megabytes; `candidates`
+    lists the v's of one (P, c) in a row)."""
     stages, micro_batches, virtual = candidate
-    if cache is not None and cache.get("strategies", (None,))[0] == (stages, micro_batches):
-        strategies, rows = cache["strategies"][1]
+    columns = None if cache is None else cache.setdefault("strategies", {})
+    if columns is not None and (stages, micro_batches) in columns:
+        strategies, rows = columns[stages, micro_batches]
     else:
         strategies, rows = stage_columns(model, cluster, workload, candidate, max_tp, max_cp)
-        if cache is not None:
-            cache["strategies"] = ((stages, micro_batches), (strategies, rows))
+        if columns is not None:
+            columns[stages, micro_batches] = (strategies, rows)
     if not strategies:
         return None
     program = build_program(model, cluster, workload, stages, micro_batches, strategies,
@@ -92,8 +95,8 @@ def stage_columns(model: ModelSpec, cluster: ClusterSpec, workload: Workload, ca
     Beaten: another strategy whose activation layout is the same (so every resharding and send costs the same)
     is allowed wherever this one is and no worse in A, G, Ms and Ma on every distinct layer; any plan using
     this one is then matched by swapping it out. With a measured cost source the tables are adjusted after
-    pricing (cost.source), so only the first filter applies. cp degrees: `context_degrees` of the sequence, up to
-    `max_cp`."""
+    pricing (cost.source), so only the first filter applies, to the strategies the source holds
+    (`CostSource.holds`). cp degrees: `context_degrees` of the sequence, up to `max_cp`."""
     stages, micro_batches = candidate[:2]
     d = cluster.devices // stages
     strategies = enumerate_strategies(d, max_tp=max_tp, experts=model.config.experts,
@@ -102,10 +105,11 @@ def stage_columns(model: ModelSpec, cluster: ClusterSpec, workload: Workload, ca
     if cluster.costs is not None:
         micro = workload.global_batch // micro_batches
         distinct = list({layer.signature or layer.name: layer for layer in model.layers}.values())
-        return [s for s in strategies if any(disallowed(layer, s, micro) is None for layer in distinct)], None
+        return [s for s in strategies if cluster.costs.holds(s)
+                and any(disallowed(layer, s, micro) is None for layer in distinct)], None
     index, costs, good = signature_costs(model, cluster, workload, stages, micro_batches, strategies)
     taken = np.flatnonzero(good.any(axis=0))  # some layer can take it
-    if not len(taken):
+    if not len(taken) or not good.any(axis=1).all():  # none, or a layer that no strategy can run: impossible
         return [], None
     usable, costs, good = [strategies[k] for k in taken], costs[:, taken], good[:, taken]
     values = np.where(good[..., None], costs, np.inf)  # a strategy a layer cannot take costs it infinitely

@@ -29,7 +29,8 @@ class StageProgram:
     micro_batches: int  # c
     inflight: np.ndarray  # (stages,) micro-batches whose activations stage (chunk) i holds at peak (c GPipe, min(c, P-i) 1F1B)
     memory_capacity: float  # bytes per device available to the plan
-    group: np.ndarray  # (L,) int; consecutive layers with equal id are identical (same rows, same R between them)
+    group: np.ndarray  # (L,) int; consecutive layers with equal id are identical (same rows, same R between them;
+    # edges between the same two ids hold the same R and Rp)
     virtual_stages: int = 1  # v: chunks per device group (interleaved 1F1B); `stages` counts chunks
     held: np.ndarray | None = None
     """(P, n, v) interleaved only: per device group, n occupancy vectors of its v chunks (micro-batches held at
@@ -85,13 +86,18 @@ class StageProgram:
                 raise UniapError(f"cost table {name} has shape {got}, expected {shape}")
         if np.asarray(self.allowed).dtype != bool:
             raise UniapError("allowed must be a boolean array")
+        if not np.issubdtype(np.asarray(self.group).dtype, np.integer):
+            raise UniapError("group must be an integer array")
+        # What the solver reads: one row per run of identical layers and one edge per pair of groups (the
+        # `group` contract), so a chain of a hundred identical blocks is checked once, not a hundred times.
+        rows, edges = distinct_rows(self.group)[0], distinct_edges(self.group)[0]
         ok = np.asarray(self.allowed)
         for name in ("A", "G", "Ms", "Ma"):
-            if not _finite_non_negative(getattr(self, name), ok):
+            if not _finite_non_negative(np.asarray(getattr(self, name))[rows], ok[rows]):
                 raise UniapError(f"cost table {name} has a negative or non-finite entry for an allowed strategy")
-        pair_ok = ok[:-1, :, None] & ok[1:, None, :]
+        pair_ok = ok[edges, :, None] & ok[edges + 1, None, :]
         for name in ("R", "Rp"):
-            if not _finite_non_negative(getattr(self, name), pair_ok):
+            if not _finite_non_negative(np.asarray(getattr(self, name))[edges], pair_ok):
                 raise UniapError(f"cost table {name} has a negative or non-finite entry between allowed strategies")
         infl = np.asarray(self.inflight, dtype=float)
         if not np.all(np.isfinite(infl) & (infl >= 0)):
@@ -99,8 +105,6 @@ class StageProgram:
         cap = float(self.memory_capacity)
         if math.isnan(cap) or cap <= 0:
             raise UniapError(f"memory_capacity must be positive, got {self.memory_capacity!r}")
-        if not np.issubdtype(np.asarray(self.group).dtype, np.integer):
-            raise UniapError("group must be an integer array")
         if self.held is not None:
             held = np.asarray(self.held, dtype=float)
             if held.ndim != 3 or held.shape[0] != self.pipeline_degree or held.shape[2] != v:
@@ -113,6 +117,28 @@ class StageProgram:
             w = np.asarray(self.weight_gradient, dtype=float)
             if w.shape != (L, K) or not _finite_non_negative(w, ok) or np.any(np.where(ok, w > A, False)):
                 raise UniapError(f"weight_gradient must be (layers, strategies) = {(L, K)}, within 0..A")
+
+
+def distinct_rows(group) -> tuple[np.ndarray, np.ndarray]:
+    """(first layer of each run of equal `group` ids, the run's length): the rows of a program's (L, K) tables
+    that differ, and how many layers share each."""
+    group = np.asarray(group)
+    if not group.size:
+        return np.zeros(0, dtype=int), np.zeros(0, dtype=int)
+    starts = np.flatnonzero(np.concatenate(([True], group[1:] != group[:-1])))
+    return starts, np.diff(np.append(starts, group.size))
+
+
+def distinct_edges(group) -> tuple[np.ndarray, np.ndarray]:
+    """(first edge u (between layers u and u + 1) of each pair of groups, how many edges join that pair): edges
+    between the same two groups hold the same R and Rp (the `group` contract)."""
+    group = np.asarray(group)
+    first: dict[tuple[int, int], int] = {}
+    count: dict[tuple[int, int], int] = {}
+    for u, key in enumerate(zip(group[:-1].tolist(), group[1:].tolist())):
+        first.setdefault(key, u)
+        count[key] = count.get(key, 0) + 1
+    return np.array(list(first.values()), dtype=int), np.array([count[key] for key in first], dtype=int)
 
 
 def _finite_non_negative(table, mask: np.ndarray) -> bool:

@@ -53,6 +53,7 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
     kinds = {kind: _group_terms(program, kept, kind, blocks) for kind in ("first", "middle", "last")}
     sends = least_sends(program, np.asarray(program.allowed))
     groups = []  # per group: its kind's (a, M, g) and what fits it, each (choices, blocks + 1)
+    kept_of: dict[tuple[str, bytes], np.ndarray] = {}  # groups of one kind that fit the same counts keep the same
     for d in range(P):
         kind = "first" if d == 0 else "last" if d == P - 1 else "middle"
         a, M, g, memory, rates = kinds[kind]
@@ -69,19 +70,23 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
                 return float(cutoff)
         # Bytes grow with n, so a choice fits the counts from the least up to its most. One that another beats in
         # every rate its a, M and g grow with, and in that most, is never needed.
-        most = np.where(fits.any(axis=1), fits.shape[1] - np.argmax(fits[:, ::-1], axis=1), -1)
-        keep = undominated(np.arange(len(most)), np.zeros(len(most), dtype=int), [*rates, -most])
+        key = (kind, fits.tobytes())
+        if key not in kept_of:
+            most = np.where(fits.any(axis=1), fits.shape[1] - np.argmax(fits[:, ::-1], axis=1), -1)
+            kept_of[key] = undominated(np.arange(len(most)), np.zeros(len(most), dtype=int), [*rates, -most])
+        keep = kept_of[key]
         groups.append((kind, a[keep], M[keep], g[keep], fits[keep]))
+    windows = [_window(*group[1:]) for group in groups]
     slots = np.unique(np.concatenate(
         [[0.0]] + [np.concatenate([M[fits], np.maximum((a - M)[fits] / (v - 1), 0.0)]) for _, a, M, _, fits in groups]))
     best = -math.inf
     for omega in (np.full(P, 1.0 / P), np.eye(P)[0], np.eye(P)[P - 1]):
         def value(B, w=omega):
             costs, alike = [], {}  # groups of one kind that fit the same counts cost the same
-            for x, (kind, *terms, fits) in zip(w, groups):
+            for x, (kind, *_, fits), window in zip(w, groups, windows):
                 key = (kind, float(x), fits.tobytes())
                 if key not in alike:
-                    alike[key] = _slot_cost(B, c, v, x, *terms, fits)
+                    alike[key] = _slot_cost(B, c, v, x, *window)
                 costs.append(alike[key])
             return (c * v - 1) * B + _chain_dp(costs, blocks) + sends
         least = _least_over_slots(slots, value, c * v - 1, None if cutoff is None else max(cutoff, best))
@@ -181,16 +186,28 @@ def _kept(reduced: Reduced, run, end: bool) -> tuple[np.ndarray, ...]:
     return tables[0][keep], tables[1][keep], *(np.full(int(keep.sum()), table.min()) for table in tables[2:])
 
 
-def _slot_cost(B: np.ndarray, c: int, v: int, omega: float, a, M, g, fits) -> tuple[int, np.ndarray]:
-    """(first block count, (len(B), counts)): the least bound of the group over its choices, at each slot B and
-    each block count it can hold (a window of counts: outside it nothing fits)."""
+def _window(a, M, g, fits) -> tuple:
+    """(first block count, a, M, g, penalty) of a group over the window of counts where some choice fits and the
+    choices that fit one of them; penalty is 0 where a choice fits a count and inf where not."""
     held = np.flatnonzero(fits.any(axis=0))
     lo, hi = int(held[0]), int(held[-1]) + 1
     rows = fits[:, lo:hi].any(axis=1)
     a, M, g, fits = (arr[rows, lo:hi] for arr in (a, M, g, fits))
+    return lo, a, M, g, np.where(fits, 0.0, math.inf)
+
+
+def _slot_cost(B: np.ndarray, c: int, v: int, omega: float, lo: int, a, M, g, penalty) -> tuple[int, np.ndarray]:
+    """(first block count, (len(B), counts)): the least bound of the group over its choices, at each slot B and
+    each block count it can hold (its `_window`: outside it nothing fits)."""
     b = np.minimum(B[:, None, None], M[None])
-    value = b + c * np.maximum(np.maximum(a[None] - v * b, M[None] - b), 0.0) + omega * g[None]
-    return lo, np.where(fits[None], value, math.inf).min(axis=1)
+    value = b * v  # b + c·max(a − v·b, M − b, 0) + ω·g + penalty, in place
+    np.subtract(a[None], value, out=value)
+    np.maximum(value, M[None] - b, out=value)
+    np.maximum(value, 0.0, out=value)
+    value *= c
+    value += b
+    value += omega * g + penalty
+    return lo, value.min(axis=1)
 
 
 def _chain_dp(costs: list[tuple[int, np.ndarray]], blocks: int) -> np.ndarray:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from uniap.errors import UniapError
-from uniap.program import StageProgram
+from uniap.program import StageProgram, distinct_edges, distinct_rows
 from uniap.schedules import FORWARD_SHARE, schedule_named, simulate_order
 
 MEMORY_RTOL = 1e-6
@@ -108,8 +108,9 @@ def _times_many(program: StageProgram, stage_of: np.ndarray, strategies: np.ndar
     n, L = strategies.shape
     layer = np.arange(L)
     ok = np.asarray(program.allowed)
-    clean = [np.where(ok, np.asarray(t, dtype=float), 0.0) for t in (program.A, program.G, program.Ms, program.Ma)]
-    A, G, Ms, Ma = (t[layer, strategies] for t in clean)  # (N, L)
+    taken = ok[layer, strategies]  # (N, L); read the chosen entries first, then clear the disallowed ones
+    A, G, Ms, Ma = (np.where(taken, np.asarray(t, dtype=float)[layer, strategies], 0.0)
+                    for t in (program.A, program.G, program.Ms, program.Ma))
     onehot = np.zeros((L, P))
     onehot[layer, stage_of] = 1.0
     p = A @ onehot
@@ -117,12 +118,10 @@ def _times_many(program: StageProgram, stage_of: np.ndarray, strategies: np.ndar
     memory = _device_memory(program, Ms @ onehot, Ma @ onehot)
     o = np.zeros((n, P - 1))
     if L > 1:
-        pair_ok = ok[:-1, :, None] & ok[1:, None, :]
-        R = np.where(pair_ok, np.asarray(program.R, dtype=float), 0.0)
-        Rp = np.where(pair_ok, np.asarray(program.Rp, dtype=float), 0.0)
-        edge = layer[:-1]
-        inner = R[edge, strategies[:, :-1], strategies[:, 1:]]  # (N, L−1)
-        cross = Rp[edge, strategies[:, :-1], strategies[:, 1:]]
+        edge, first, then = layer[:-1], strategies[:, :-1], strategies[:, 1:]
+        pair_ok = taken[:, :-1] & taken[:, 1:]  # (N, L−1)
+        inner = np.where(pair_ok, np.asarray(program.R, dtype=float)[edge, first, then], 0.0)
+        cross = np.where(pair_ok, np.asarray(program.Rp, dtype=float)[edge, first, then], 0.0)
         same = stage_of[:-1] == stage_of[1:]
         p += (inner * same) @ onehot[:-1]
         boundary = np.flatnonzero(~same)  # edge u crosses from stage stage_of[u] to stage_of[u] + 1
@@ -296,24 +295,26 @@ def lower_bound(program: StageProgram) -> float:
     ok = np.asarray(program.allowed)
     if not ok.any(axis=1).all():
         return math.inf
+    rows, count = distinct_rows(program.group)  # every sum below runs over the distinct rows, weighted
+    ok = ok[rows]
 
     def row_min(table):
-        return np.where(ok, np.asarray(table, dtype=float), math.inf).min(axis=1)
+        return np.where(ok, np.asarray(table, dtype=float)[rows], math.inf).min(axis=1)
 
     infl = np.asarray(program.inflight, dtype=float)
     cap = program.memory_capacity * (1 + MEMORY_RTOL)
-    Ms = np.where(ok, np.asarray(program.Ms, dtype=float), 0.0)
-    Ma = np.where(ok, np.asarray(program.Ma, dtype=float), 0.0)
+    Ms = np.where(ok, np.asarray(program.Ms, dtype=float)[rows], 0.0)
+    Ma = np.where(ok, np.asarray(program.Ma, dtype=float)[rows], 0.0)
     least = np.where(ok, Ms + infl.min() * Ma, math.inf).min(axis=1)
     P = program.pipeline_degree  # device groups: memory and the bottleneck are per group
-    if least.max() > cap or least.sum() > P * cap:
+    if least.max() > cap or least @ count > P * cap:
         return math.inf
     a = row_min(program.A)
-    S, v = float(a.sum()), program.virtual_stages
-    sends = least_sends(program, ok)
+    S, v = float(a @ count), program.virtual_stages
+    sends = least_sends(program, np.asarray(program.allowed))
     simple = (S + sends) / v + (program.micro_batches - 1 / v) * max(S / P, float(a.max())) \
-        + float(row_min(program.G).sum()) / P
-    return max(simple, _memory_dual_bound(program, Ms + infl.min() * Ma, cap * P) + sends / v)
+        + float(row_min(program.G) @ count) / P
+    return max(simple, _memory_dual_bound(program, Ms + infl.min() * Ma, cap * P, rows, count) + sends / v)
 
 
 def least_sends(program: StageProgram, ok: np.ndarray) -> float:
@@ -321,38 +322,36 @@ def least_sends(program: StageProgram, ok: np.ndarray) -> float:
     that edge's least Rp over allowed pairs."""
     if program.stages <= 1:
         return 0.0
-    group = np.asarray(program.group)
-    kinds = {}  # edges between the same two groups are identical (the `group` contract): price one of each
-    for u, key in enumerate(zip(group[:-1], group[1:])):
-        kinds.setdefault(key, []).append(u)
     least = []
     Rp = np.asarray(program.Rp)
-    for edges in kinds.values():
-        u = edges[0]
+    for u, count in zip(*distinct_edges(program.group)):  # one of each kind of edge (the `group` contract)
         pair_ok = ok[u][:, None] & ok[u + 1][None, :]
         value = float(np.where(pair_ok, Rp[u], math.inf).min()) if pair_ok.any() else math.inf
-        least += [value] * len(edges)
+        least += [value] * int(count)
     least = np.sort(np.array([x for x in least if math.isfinite(x)]))
     return float(least[:program.stages - 1].sum())
 
 
-def _memory_dual_bound(program: StageProgram, memory: np.ndarray, total_capacity: float) -> float:
+def _memory_dual_bound(program: StageProgram, memory: np.ndarray, total_capacity: float, rows: np.ndarray,
+                       count: np.ndarray) -> float:
     """Lagrangian bound with the memory of all stages together relaxed.
 
     Every plan has TPI ≥ Σ_u W[u,k_u] with W = A·(1/v + (c−1/v)/P) + G/P (Σ p ≥ Σ A, max p ≥ Σ p / P over the P
     device groups, max g ≥ Σ g / P), and its strategies satisfy Σ_u M[u,k_u] ≤ P·capacity with M the memory at the least
     in-flight count. Weak duality: for every λ ≥ 0, TPI ≥ Σ_u min_k (W + λ·M)[u,k] − λ·P·capacity; the best λ
-    of a log grid (the dual is concave in λ) is kept.
+    of a log grid (the dual is concave in λ) is kept. `memory` holds the distinct `rows` (`distinct_rows`), each
+    standing for `count` layers.
     """
-    ok = np.asarray(program.allowed)
+    ok = np.asarray(program.allowed)[rows]
     P, c, v = program.pipeline_degree, program.micro_batches, program.virtual_stages
-    W = np.where(ok, np.asarray(program.A, dtype=float) * (1 / v + (c - 1 / v) / P)
-                 + np.asarray(program.G, dtype=float) / P, math.inf)
+    W = np.where(ok, np.asarray(program.A, dtype=float)[rows] * (1 / v + (c - 1 / v) / P)
+                 + np.asarray(program.G, dtype=float)[rows] / P, math.inf)
     M = np.where(ok, memory, 0.0)
     if not math.isfinite(total_capacity) or not np.any(M > 0):
-        return float(W.min(axis=1).sum())
-    scale = float(np.mean(W.min(axis=1))) / max(float(np.mean(M[ok])), 1e-300)
+        return float(W.min(axis=1) @ count)
+    mean_memory = float(M.sum(axis=1) @ count) / float(ok.sum(axis=1) @ count)  # over every layer's allowed entries
+    scale = float(W.min(axis=1) @ count) / float(count.sum()) / max(mean_memory, 1e-300)
     best = -math.inf
     for lam in np.concatenate(([0.0], scale * np.logspace(-4, 4, 49))):
-        best = max(best, float((W + lam * M).min(axis=1).sum() - lam * total_capacity))
+        best = max(best, float((W + lam * M).min(axis=1) @ count - lam * total_capacity))
     return best

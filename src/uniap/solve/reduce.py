@@ -161,7 +161,8 @@ def undominated(allowed, cls, rows) -> np.ndarray:
     values = np.stack([row[allowed] for row in rows], axis=1)  # (n, rows)
     cls = np.asarray(cls)
     no_worse = np.all(values[:, None, :] <= values[None, :, :], axis=2)  # [i, j]: i ≤ j in every row
-    better = np.any(values[:, None, :] < values[None, :, :], axis=2)
+    # where i ≤ j everywhere, i < j somewhere unless j ≤ i everywhere too (equal): no second comparison needed
+    better = ~no_worse.T
     index = np.arange(len(values))
     earlier = index[:, None] < index[None, :]
     beats = no_worse & (better | earlier) & (cls[:, None] == cls[None, :]) & (index[:, None] != index[None, :])

@@ -86,11 +86,18 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
     started = time.perf_counter()
     deadline = None if time_limit is None else started + float(time_limit)
     workers = min(os.cpu_count() or 1, 2) if workers is None else max(1, int(workers))
+    with _Workers(workers, build) as pool:
+        return _search(candidates, build, solver, deadline, workers, progress, tier, pool, started)
+
+
+def _search(candidates, build, solver: str, deadline: float | None, workers: int, progress, tier,
+            pool: "_Workers", started: float) -> SearchResult:
+    """`search`'s body, with the worker processes (started when first needed) that both its phases share."""
     records: dict[int, CandidateRecord] = {}
     queue: list[tuple[int, float, int]] = []  # (tier, lower bound, candidate index)
     guess: tuple[int, Solution] | None = None
     unbounded: list[int] = []  # not even built before the deadline (a plan was in hand already)
-    for index, found in _bounds(candidates, build, tier, workers, deadline):
+    for index, found in _bounds(candidates, build, tier, workers, deadline, pool):
         if found is None:
             unbounded.append(index)
             continue
@@ -136,7 +143,7 @@ def search(candidates: Sequence[Hashable], build: Callable[[Hashable], StageProg
                 or state.defer(queue, entry, outcome, solve_times[-1])):
             state.settle(index, bound, outcome, solve_times[-1] + state.deferred.get(index, 0.0))
     if queue:
-        _parallel(queue, build, state, solver, deadline, workers)
+        _parallel(queue, build, state, solver, deadline, workers, pool)
     ordered = [records[i] for i in range(len(candidates))]
     return state.result(ordered, time.perf_counter() - started)
 
@@ -148,7 +155,33 @@ one process. Spawning the workers and their imports take 1.5–2.5 s here, so a 
 time left before its deadline than that, bounds them all here."""
 
 
-def _bounds(candidates: Sequence[Hashable], build, tier, workers: int, deadline: float | None) -> list:
+class _Workers:
+    """The search's worker processes, started at the first `get` and shared by the bounding and the solving
+    phases (starting them costs WORKER_START_S or more: once per search, not once per phase). Each holds the
+    search's `build` when it can be sent (its own cache then serves the candidates it gets)."""
+
+    def __init__(self, workers: int, build):
+        self.workers, self.build, self.pool = workers, build, None
+        self.remote = None
+
+    def get(self) -> ProcessPoolExecutor:
+        if self.pool is None:
+            self.remote = _picklable(self.build)
+            context = multiprocessing.get_context("spawn")  # no fork of a process that may hold solver threads
+            self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=context, initializer=_start_worker,
+                                            initargs=(self.build if self.remote else None,))
+        return self.pool
+
+    def __enter__(self) -> "_Workers":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _bounds(candidates: Sequence[Hashable], build, tier, workers: int, deadline: float | None,
+            pool: _Workers) -> list:
     """(index, (status, tier, lower bound, uniform plan) or None when left unbuilt by the deadline) of every
     candidate, in order: status "bounded", "impossible" (build gave None) or "infeasible" (bound inf). Here for
     SERIAL_BUDGET_S, then in worker processes if what is left would take PARALLEL_BOUNDS_S more and `build` and
@@ -168,11 +201,8 @@ def _bounds(candidates: Sequence[Hashable], build, tier, workers: int, deadline:
         size = max(1, len(items) // (8 * workers))
         blocks = [items[lo:lo + size] for lo in range(0, len(items), size)]
         shares = [[item for block in blocks[w::workers] for item in block] for w in range(workers)]
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=backends.limit_threads,
-                                 initargs=(1,)) as pool:
-            parts = [pool.submit(_bound_share, share, build, tier, left, _best_uniform(done)) for share in shares]
-            done += [pair for part in parts for pair in part.result()]
+        parts = [pool.get().submit(_bound_share, share, None, tier, left, _best_uniform(done)) for share in shares]
+        done += [pair for part in parts for pair in part.result()]
     else:
         done += _bound_share(items, build, tier, left, _best_uniform(done))
     return sorted(done, key=lambda pair: pair[0])
@@ -185,9 +215,10 @@ def _best_uniform(done: list) -> float:
 
 
 def _bound_share(items: list, build, tier, left: float | None, best: float = math.inf) -> list:
-    """`_bounds` of some (index, candidate) items, in one process; `left` seconds until the search's deadline. A
-    candidate whose bound cannot beat the best uniform plan found so far (`best` to begin with) needs no uniform
-    plan of its own."""
+    """`_bounds` of some (index, candidate) items, in one process (`build` None: the worker's); `left` seconds
+    until the search's deadline. A candidate whose bound cannot beat the best uniform plan found so far (`best`
+    to begin with) needs no uniform plan of its own."""
+    build = _WORKER_BUILD if build is None else build
     deadline = None if left is None else time.perf_counter() + left
     out = []
     for index, candidate in items:
@@ -252,42 +283,41 @@ def _worth_workers(queue, state: "_State", solve_times: list[float], build_times
     return left * beside * (1 - 1 / workers) > WORKER_START_S
 
 
-def _parallel(queue, build, state: "_State", solver: str, deadline: float | None, workers: int) -> None:
+def _parallel(queue, build, state: "_State", solver: str, deadline: float | None, workers: int,
+              workers_pool: _Workers) -> None:
     """Keep `workers` solves in flight, each cut off at the incumbent of the moment it starts. A candidate of a
     higher tier waits until every solve of a lower tier has settled, so it starts with their incumbent, and a
     deferred one until every solve in flight has (they come in the order of their bounds, and most are skipped
     once the first is solved). Each worker builds the programs it solves when `build` can be sent to it (its own
     cache then serves the candidates it gets; programs are megabytes to send); otherwise this process builds them."""
-    context = multiprocessing.get_context("spawn")  # no fork of a process that may hold solver threads
     pending = list(queue)
-    remote = _picklable(build)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker,
-                             initargs=(build if remote else None,)) as pool:
-        running: dict[Future, tuple[int, float, float, int]] = {}
-        while pending or running:
-            while pending and len(running) < workers:
-                if running and pending[0][0] > max(entry[3] for entry in running.values()):
-                    break  # the next tier waits for the incumbent of this one
-                if running and pending[0][2] in state.deferred:
-                    break  # a deferred candidate's MILPs are long: the solves before it may well skip it
-                tier, bound, index = pending.pop(0)
-                if state.skip(index, bound, deadline):
-                    continue
-                work = state.candidates[index] if remote else build(state.candidates[index])
-                future = pool.submit(_solve_in_worker, work, index in state.tried, solver, _left(deadline),
-                                     state.cutoff(), state.phase(index))
-                running[future] = (index, bound, time.perf_counter(), tier)
-            if not running:
+    pool = workers_pool.get()
+    remote = workers_pool.remote
+    running: dict[Future, tuple[int, float, float, int]] = {}
+    while pending or running:
+        while pending and len(running) < workers:
+            if running and pending[0][0] > max(entry[3] for entry in running.values()):
+                break  # the next tier waits for the incumbent of this one
+            if running and pending[0][2] in state.deferred:
+                break  # a deferred candidate's MILPs are long: the solves before it may well skip it
+            tier, bound, index = pending.pop(0)
+            if state.skip(index, bound, deadline):
                 continue
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in done:
-                index, bound, submitted, tier = running.pop(future)
-                seconds = time.perf_counter() - submitted
-                outcome, trial = future.result()
-                entry = (tier, bound, index)
-                if not (state.retry(pending, entry, outcome, seconds, trial, deadline)
-                        or state.defer(pending, entry, outcome, seconds)):
-                    state.settle(index, bound, outcome, seconds + state.deferred.get(index, 0.0))
+            work = state.candidates[index] if remote else build(state.candidates[index])
+            future = pool.submit(_solve_in_worker, work, index in state.tried, solver, _left(deadline),
+                                 state.cutoff(), state.phase(index))
+            running[future] = (index, bound, time.perf_counter(), tier)
+        if not running:
+            continue
+        done, _ = wait(running, return_when=FIRST_COMPLETED)
+        for future in done:
+            index, bound, submitted, tier = running.pop(future)
+            seconds = time.perf_counter() - submitted
+            outcome, trial = future.result()
+            entry = (tier, bound, index)
+            if not (state.retry(pending, entry, outcome, seconds, trial, deadline)
+                    or state.defer(pending, entry, outcome, seconds)):
+                state.settle(index, bound, outcome, seconds + state.deferred.get(index, 0.0))
 
 
 _WORKER_BUILD = None
