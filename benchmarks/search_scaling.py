@@ -15,7 +15,9 @@ Three tables:
    predicted tokens/s per GPU next to the published layout's measured figure, and that layout costed by the same
    model (its best micro-batch size and recompute), so the gain is the plan's over the hand layout;
 5. HiGHS's default options against ours (backends.HIGHS_SPEED) on the six most promising programs (least lower
-   bound) of five model/cluster cases.
+   bound) of five model/cluster cases;
+6. every distinct workload of benchmarks/data/published_runs.yaml that the cost model covers, planned with the
+   default search: the ten slowest, and how many take more than 10 s (issue 23's limit).
 
 Run: `python benchmarks/search_scaling.py` (`--quick` skips table 2's largest cells). Times vary ±50 % on a
 shared machine; compare within one run.
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import time
+from dataclasses import replace
 from concurrent.futures import ProcessPoolExecutor
 
 from uniap.errors import UniapError
@@ -183,6 +186,47 @@ def simulated_over_predicted(plan, cluster: str) -> float:
     return makespan(timeline_boxes(plan, figures)) / figures.tpi
 
 
+PLAN_WITHIN_S = 10.0
+"""Seconds a plan of any published workload should take at most (issue 23)."""
+
+
+def published_workloads(args) -> None:
+    print("\n6) every workload of benchmarks/data/published_runs.yaml, planned (default search, `--time-limit` each): "
+          "the slowest", flush=True)
+    from published_runs import cluster_of, load_rows, moe_imbalance, moe_model, row_setting
+
+    seen: dict[tuple, str] = {}
+    times = []
+    for row in load_rows():
+        if row.skip_reason() is not None:
+            continue
+        if row.is_moe:
+            model, cluster = moe_model(row), cluster_of(row)
+            workload = Workload(row.config["global_batch"], model.seq_len, row.config["precision"],
+                                expert_imbalance=moe_imbalance(row))
+        else:
+            model, cluster, workload = row_setting(row)
+        key = (replace(model.config, name=""), model.seq_len, cluster.name, cluster.engine, workload)
+        if key in seen:  # several published layouts of one workload: one search
+            continue
+        seen[key] = row.id
+        started = time.perf_counter()
+        try:
+            plan = plan_search(model, cluster, workload, time_limit=args.time_limit)
+            result = "proven optimal" if plan.search["optimal"] else f"gap {plan.search['gap']:.2%}"
+            count = plan.search["candidates"]
+        except UniapError as exc:
+            result, count = f"no plan: {exc}"[:60], 0
+        times.append((time.perf_counter() - started, row.id, count, result))
+        print(f"  {len(times):>3} {row.id:<40} {times[-1][0]:>7.2f} s", flush=True)
+    times.sort(reverse=True)
+    over = sum(1 for t in times if t[0] > PLAN_WITHIN_S)
+    print(f"{'workload (first row of it)':<42} {'search s':>9} {'candidates':>10}  result")
+    for seconds, row_id, count, result in times[:10]:
+        print(f"{row_id:<42} {seconds:>9.2f} {count:>10}  {result}")
+    print(f"{len(times)} distinct workloads; {over} took more than {PLAN_WITHIN_S:g} s", flush=True)
+
+
 def highs_options(args) -> None:
     print("\n5) HiGHS options: defaults vs ours, one thread, no cut-off (seconds per MILP)", flush=True)
     # HiGHS fixes its thread count when it first runs in a process: a fresh one, with one thread as in the UOP.
@@ -226,10 +270,11 @@ def main() -> None:
                         help="seconds per unfolded MILP (and per MILP of table 4)")
     parser.add_argument("--unfolded-max-layers", type=int, default=12, help="deepest model tried unfolded")
     parser.add_argument("--time-limit", type=float, default=120.0, help="seconds per whole search")
-    parser.add_argument("--only", choices=("single", "search", "targets", "moe", "options"), help="print one table")
+    parser.add_argument("--only", choices=("single", "search", "targets", "moe", "options", "published"),
+                        help="print one table")
     args = parser.parse_args()
     for name, table in (("single", single_program), ("search", whole_search), ("targets", targets),
-                        ("moe", moe_targets), ("options", highs_options)):
+                        ("moe", moe_targets), ("options", highs_options), ("published", published_workloads)):
         if args.only in (None, name):
             table(args)
 
