@@ -143,7 +143,7 @@ def _search(candidates, build, solver: str, deadline: float | None, workers: int
                 or state.defer(queue, entry, outcome, solve_times[-1])):
             state.settle(index, bound, outcome, solve_times[-1] + state.deferred.get(index, 0.0))
     if queue:
-        _parallel(queue, build, state, solver, deadline, workers, pool)
+        _parallel(queue, build, state, solver, deadline, pool)
     ordered = [records[i] for i in range(len(candidates))]
     return state.result(ordered, time.perf_counter() - started)
 
@@ -283,19 +283,18 @@ def _worth_workers(queue, state: "_State", solve_times: list[float], build_times
     return left * beside * (1 - 1 / workers) > WORKER_START_S
 
 
-def _parallel(queue, build, state: "_State", solver: str, deadline: float | None, workers: int,
-              workers_pool: _Workers) -> None:
-    """Keep `workers` solves in flight, each cut off at the incumbent of the moment it starts. A candidate of a
+def _parallel(queue, build, state: "_State", solver: str, deadline: float | None, workers: _Workers) -> None:
+    """Keep one solve per worker in flight, each cut off at the incumbent of the moment it starts. A candidate of a
     higher tier waits until every solve of a lower tier has settled, so it starts with their incumbent, and a
     deferred one until every solve in flight has (they come in the order of their bounds, and most are skipped
     once the first is solved). Each worker builds the programs it solves when `build` can be sent to it (its own
     cache then serves the candidates it gets; programs are megabytes to send); otherwise this process builds them."""
     pending = list(queue)
-    pool = workers_pool.get()
-    remote = workers_pool.remote
+    pool = workers.get()
+    remote = workers.remote
     running: dict[Future, tuple[int, float, float, int]] = {}
     while pending or running:
-        while pending and len(running) < workers:
+        while pending and len(running) < workers.workers:
             if running and pending[0][0] > max(entry[3] for entry in running.values()):
                 break  # the next tier waits for the incumbent of this one
             if running and pending[0][2] in state.deferred:
