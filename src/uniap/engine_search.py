@@ -29,7 +29,7 @@ from uniap.planner import MAX_VIRTUAL_STAGES, build_candidate, candidates, plan_
     stage_strategies
 from uniap.program import StageProgram
 from uniap.solve.program import evaluate_many, lower_bound
-from uniap.solve.uop import interleaved_tier, search
+from uniap.solve.uop import search
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import LayerSpec, ModelSpec
 from uniap.schedules import INTERLEAVED
@@ -162,8 +162,7 @@ def engine_plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
             return pinned(program, rows[pin[1]])[0]
 
         left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - started))
-        result = search(pins, build, solver=solver, time_limit=left, workers=workers,
-                        tier=interleaved_tier)
+        result = search(pins, build, solver=solver, time_limit=left, workers=workers)
         if result.solution is not None:
             cand, i = result.best
             program, _, rows = tables(cand)

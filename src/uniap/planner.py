@@ -22,7 +22,7 @@ from uniap.estimate import make_plan, predict
 from uniap.plans import Plan
 from uniap.program import StageProgram
 from uniap.solve.reduce import undominated
-from uniap.solve.uop import interleaved_tier, search
+from uniap.solve.uop import search
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import ModelSpec
 from uniap.schedules import INTERLEAVED, schedule_named
@@ -153,8 +153,7 @@ def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, s
     cands = candidates(model, cluster, workload, schedules, max_virtual_stages)
     build = partial(build_candidate, model=model, cluster=cluster, workload=workload, schedules=schedules,
                     max_tp=max_tp, cache={}, max_cp=max_cp)
-    result = search(cands, build, solver=solver, time_limit=time_limit, workers=workers, progress=progress,
-                    tier=interleaved_tier)
+    result = search(cands, build, solver=solver, time_limit=time_limit, workers=workers, progress=progress)
     if result.solution is None:
         raise UniapError(_no_plan_message(cands, build, cluster))
     stages, micro_batches, virtual = result.best

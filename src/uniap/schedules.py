@@ -75,9 +75,8 @@ class Schedule:
         one where its stage's first backward starts (one moment, so never above the peak: the solver's bounds use
         it); the peak itself is the largest of `held_patterns`. For one chunk per stage it is the peak."""
         out = [0.0] * (stages * virtual_stages)
-        for d in range(stages):
-            first = _held_over_time(self.name, d, stages, self.bounded_rounds(stages, micro_batches),
-                                    virtual_stages)[-1]
+        occupancy = _occupancy(self.name, stages, self.bounded_rounds(stages, micro_batches), virtual_stages)
+        for d, (_, first) in enumerate(occupancy):
             for k in range(virtual_stages):
                 out[k * stages + d] = float(first[k])
         return out
@@ -86,8 +85,8 @@ class Schedule:
         """Per stage: the micro-batches each of its v chunks holds at once, at every moment no other moment
         dominates. The stage's peak memory is the largest of Σ_k held_k · (chunk k's activation bytes) over
         these: exact whatever the chunks' sizes."""
-        rounds = self.bounded_rounds(stages, micro_batches)
-        return [[list(m) for m in _undominated(self.name, d, stages, rounds, virtual_stages)] for d in range(stages)]
+        occupancy = _occupancy(self.name, stages, self.bounded_rounds(stages, micro_batches), virtual_stages)
+        return [[list(m) for m in peaks] for peaks, _ in occupancy]
 
     def bounded_rounds(self, stages: int, micro_batches: int) -> int:
         """Micro-batches whose order passes through every occupancy a longer run reaches: after the warm-up the
@@ -236,47 +235,41 @@ def held_until(schedule: Schedule) -> str:
     return "W" if schedule.split_backward else "B"
 
 
-@functools.lru_cache(maxsize=4096)
-def _undominated(name: str, stage: int, stages: int, micro_batches: int, virtual_stages: int
-                 ) -> tuple[tuple[int, ...], ...]:
-    """The stage's occupancy vectors that no other one covers (each candidate of a search asks again: cached).
-    Only peaks can be: a moment after a forward that the next forward grows is covered by the next moment, and
-    one after a release by the moment before it."""
-    states = _held_over_time(name, stage, stages, micro_batches, virtual_stages, every=True)
-    totals = [sum(state) for state in states]
-    last = len(states) - 1
-    peaks = {state for i, state in enumerate(states)
-             if (i == 0 or totals[i] > totals[i - 1]) and (i == last or totals[i + 1] < totals[i])}
-    moments = np.array(sorted(peaks), dtype=int).reshape(len(peaks), -1)
+@functools.lru_cache(maxsize=1024)
+def _occupancy(name: str, stages: int, micro_batches: int, virtual_stages: int
+               ) -> tuple[tuple[tuple[tuple[int, ...], ...], tuple[int, ...]], ...]:
+    """Per stage: (its occupancy vectors that no other one covers, its occupancy when its first backward starts),
+    from one pass over its order. Every candidate of a search asks again for its (P, c, v): cached per
+    pipeline, not per stage (GPT-1T's search asks for about 150 pipelines of up to 128 stages each)."""
+    return tuple(_stage_occupancy(name, d, stages, micro_batches, virtual_stages) for d in range(stages))
+
+
+def _stage_occupancy(name: str, stage: int, stages: int, micro_batches: int, virtual_stages: int
+                     ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    """`_occupancy` of one stage: its chunks' occupancy after each of its forwards and releases (chunk j counts
+    at position j // P). Only peaks can be uncovered: a moment after a forward that the next forward grows is
+    covered by the next moment, and one after a release by the moment before it."""
+    schedule = SCHEDULES[name]
+    v = chunks_per_stage(schedule, virtual_stages)
+    release = held_until(schedule)
+    ops = schedule.order(stage, stages, micro_batches, v)
+    warm_up = next((i for i, (kind, _, _) in enumerate(ops) if kind != "F"), len(ops))  # forwards before the rest
+    step = np.array([1 if kind == "F" else -1 if kind == release else 0 for kind, _, _ in ops])
+    moved = np.flatnonzero(step)
+    change = np.zeros((len(moved), v), dtype=int)
+    change[np.arange(len(moved)), np.array([ops[i][1] for i in moved], dtype=int) // stages] = step[moved]
+    states = np.cumsum(change, axis=0)
+    totals = states.sum(axis=1)
+    rises = np.concatenate([[True], totals[1:] > totals[:-1]])
+    falls = np.concatenate([totals[1:] < totals[:-1], [True]])
+    moments = np.array(sorted(set(map(tuple, states[rises & falls].tolist()))), dtype=int).reshape(-1, v)
     covered = np.zeros(len(moments), dtype=bool)
     for lo in range(0, len(moments), 256):  # the vectors are distinct: one ≥ another covers it
         block = moments[lo:lo + 256]
         above = (moments[None, :, :] >= block[:, None, :]).all(axis=2)  # [i, j]: moments[j] ≥ block[i]
         covered[lo:lo + 256] = above.sum(axis=1) > 1  # itself, and another
-    return tuple(tuple(int(x) for x in m) for m in moments[~covered])
-
-
-@functools.lru_cache(maxsize=4096)
-def _held_over_time(name: str, stage: int, stages: int, micro_batches: int, virtual_stages: int,
-                    every: bool = False) -> tuple[tuple[int, ...], ...]:
-    """Chunk occupancy of `stage` after each of its forwards up to its first backward pass (every: after every
-    operation); chunk j counts at position j // P."""
-    schedule = SCHEDULES[name]
-    v = chunks_per_stage(schedule, virtual_stages)
-    release = held_until(schedule)
-    held = [0] * v
-    states = []
-    for kind, chunk, _ in schedule.order(stage, stages, micro_batches, v):
-        if kind != "F" and not every:
-            break
-        if kind == "F":
-            held[chunk // stages] += 1
-        elif kind == release:
-            held[chunk // stages] -= 1
-        else:
-            continue
-        states.append(tuple(held))
-    return tuple(states)
+    return (tuple(tuple(int(x) for x in m) for m in moments[~covered]),
+            tuple(int(x) for x in states[warm_up - 1]))
 
 
 @dataclass(frozen=True)

@@ -41,23 +41,40 @@ from uniap.solve.reduce import Reduced, undominated
 class GroupRelaxation:
     """The device-group MILP of one interleaved program (`program.virtual_stages` > 1); times divided by `scale`."""
 
-    def __init__(self, program: StageProgram, reduced: Reduced, scale: float, edges: bool):
+    def __init__(self, program: StageProgram, reduced: Reduced, scale: float, edges: bool, ends: bool = False):
         """`edges` False: the coarser MILP without edge counts — sends at the P·v − 1 cheapest edges of the chain,
-        no resharding, each group at least v layers. Weaker, and often faster to cut off."""
+        no resharding, each group at least v layers. Weaker, and often faster to cut off. `ends` (without edges):
+        with the resharding between each single-layer end of the chain and its neighbour
+        (`add_end_resharding_constraint`; `reshards_at_ends` says whether there is any)."""
         P, v = program.pipeline_degree, program.virtual_stages
         self.program, self.reduced, self.scale, self.edges = program, reduced, scale, edges
         runs = reduced.runs
         bld = Builder()
+        self.ends = _chain_ends(reduced, P) if ends and not edges else []
         # Without edges a strategy is seen only through A, G, Ms, Ma: one that another beats in all four (of any
-        # layout class) is never needed, which leaves a few of a run's strategies (e.g. 10 of 36).
-        self.most = [self._most(r) * (edges or _any_class_undominated(reduced, run)) for r, run in enumerate(runs)]
+        # layout class) is never needed, which leaves a few of a run's strategies (e.g. 10 of 36). At a chain end
+        # the end's ρ also sees the resharding between the end and its neighbour (add_end_resharding_constraint):
+        # there a strategy must also reshard no worse against each of the other side's.
+        self.most = [self._most(r) for r in range(len(runs))]
+        if not edges:
+            for r, run in enumerate(runs):
+                mask = np.tile(_any_class_undominated(reduced, run), (P, 1))
+                for d, r_end, r_next, edge, source in self.ends:
+                    R = reduced.R[edge] if source else reduced.R[edge].T  # global (end, neighbour) strategies
+                    if r == r_end:
+                        mask[d] = _any_class_undominated(reduced, run, [R[:, k] for k in runs[r_next].keep])
+                    elif r == r_next:
+                        mask[d] = _any_class_undominated(reduced, run, [R[k, :] for k in runs[r_end].keep])
+                self.most[r] = self.most[r] * mask
         self.N = [bld.variables((P, len(run.keep)), 0, most, integer=True, name=f"N[run={r}]")
                   for r, (run, most) in enumerate(zip(runs, self.most))]
         self.B = bld.variables(1, name="B")[0]
         self.H = bld.variables(1, name="H")[0]
         for r, run in enumerate(runs):
             self.add_placement_constraint(bld, r, run.length)
+        self.chosen: dict[tuple[int, int], tuple[np.ndarray, list[int]]] = {}  # (stretch, group) → binaries, ids
         self.add_one_strategy_constraint(bld)
+        self.end_reshard: dict[int, tuple[int, int, int, Expr]] = {}  # group → (end run, next run, h, ρ)
         self.slot = bld.variables(P, name="slot")  # b_d (solve.program)
         self.excess = bld.variables(P, name="excess")  # Σ over group d's chunks of their time beyond b_d
         least = least_sends(program, np.asarray(program.allowed)) / scale
@@ -71,6 +88,7 @@ class GroupRelaxation:
             constant = bld.variables(1, 1, 1, name="one")
             objective.append(term(constant, least))
             self.add_group_size_constraint(bld)
+            self.add_end_resharding_constraint(bld)
         sends = []
         for d in range(P):
             a, o, g = self._group_terms(d, edges)
@@ -127,6 +145,8 @@ class GroupRelaxation:
         a = [term(self.N[r][d], red.A[run.first, run.keep] / tau) for r, run in enumerate(runs)]
         g = [term(self.N[r][d], red.G[run.first, run.keep] / tau) for r, run in enumerate(runs)]
         o = []
+        if d in self.end_reshard:
+            a.append(self.end_reshard[d][3])
         for r in range(len(runs) if edges else 0):
             if self.W[d][r] is not None:
                 a.append(term(self.W[d][r], red.inner(r, red.R) / tau))
@@ -154,6 +174,7 @@ class GroupRelaxation:
                 if not keys:
                     continue
                 chosen = bld.variables(len(keys), 0, 1, integer=True, name=f"chosen[stretch={q},group={d}]")
+                self.chosen[q, d] = (chosen, keys)
                 bld.row(term(chosen), 1, 1, name=named("strategy_chosen", stretch=q, group=d))
                 for r in covering:
                     most = self.most[r][d]
@@ -226,6 +247,53 @@ class GroupRelaxation:
         for d in range(P):
             bld.row(plus(*(term(n[d]) for n in self.N)), v, name=named("group_size", group=d))
 
+    def add_end_resharding_constraint(self, bld: Builder) -> None:
+        """Without edges: the resharding between a single-layer end of the chain (the first layer, in chunk 0 on
+        group 0; the last, in chunk P·v − 1 on group P − 1) and its neighbour, when they share the end's chunk.
+        A binary h says they do; then ρ ≥ R of the strategies group d runs the two under, and ρ joins the
+        group's time and the end's chunk (`_edges_inside`); h = 0 leaves the neighbouring run's layers on d to
+        its other v − 1 chunks (add_slot_constraint). Every plan's point still costs at most its TPI: a
+        strategy the two runs drop on d (`most`) is beaten by a kept one in A, G, Ms, Ma and in its resharding
+        against every strategy of the other side, so the point's pair reshards for no more than the plan's. This is what the coarse bound most often missed: llama2-70b's head
+        reshards from its blocks' layout, 0.03 s per iteration through the excess term, and the edge-count MILP
+        took 0.64 s to find it."""
+        red = self.reduced
+        for d, r_end, r_next, edge, source in self.ends:
+            end, near = self._by_class(r_end, d), self._by_class(r_next, d)
+            if not end or not near:
+                continue
+            R = red.R[edge] if source else red.R[edge].T  # (end strategy, neighbour strategy): one per class pair
+            cost = R[np.ix_([k for k, _ in end], [k for k, _ in near])]
+            if not (cost > 0).any():
+                continue
+            h = bld.variables(1, 0, 1, integer=True, name=f"end_shared[group={d}]")[0]
+            pair = bld.variables(cost.shape, 0, name=f"end_pair[group={d}]")
+            for i, j in zip(*np.nonzero(cost > 0)):  # pair ≥ [end in class i] + [neighbour in class j] + h − 2
+                bld.row(plus(term(pair[i, j]), minus(end[i][1]), minus(near[j][1]), term(h, -1.0)), -2.0,
+                        name=named("end_pair", group=d, end=i, near=j))
+            self.end_reshard[d] = (r_end, r_next, h, term(pair, cost / self.scale))
+
+    def _by_class(self, r: int, d: int) -> list[tuple[int, Expr]]:
+        """Per layout class of run r that group d may use: (a strategy of it, the binary sum saying group d runs
+        the run's layers in that class): of the stretch's `chosen` binaries, or for a single layer outside any
+        stretch, of its counts."""
+        run, most = self.reduced.runs[r], self.most[r][d]
+        usable = {int(run.keep[j]): j for j in np.flatnonzero(most > 0)}
+        binaries = None
+        for (q, group), (chosen, keys) in self.chosen.items():
+            if group == d and r in self.reduced.shared()[q][1]:
+                binaries = {k: int(chosen[i]) for i, k in enumerate(keys) if k in usable}
+        if binaries is None and run.length == 1:
+            binaries = {k: int(self.N[r][d, j]) for k, j in usable.items()}
+        if not binaries:
+            return []
+        out = []
+        for c in range(run.classes):
+            members = [k for k in binaries if run.cls[usable[k]] == c]
+            if members:
+                out.append((members[0], term([binaries[k] for k in members])))
+        return out
+
     def add_slot_constraint(self, bld: Builder, d: int, a: Expr, o: Expr) -> None:
         """Group d's slot b_d ≤ B, at least 1.5 × the mean of its sends, and its chunks' excess over it
         e_d ≥ a_d − v·b_d (solve.program). b_d + e_d is at least the group's largest chunk, which whole layers
@@ -252,6 +320,10 @@ class GroupRelaxation:
                     name=named("chunk_layers_most", run=r, group=d))  # v·κ ≥ N
             bld.row(plus(term(kappa), term(self.N[r][d], -1.0)), hi=0,
                     name=named("chunk_layers_least", run=r, group=d))  # κ ≤ N
+            end = self.end_reshard.get(d)
+            if end is not None and end[1] == r:  # the end layer alone in its chunk: the run fills the other v − 1
+                bld.row(plus(term(kappa, v - 1.0), term(end[2], float(most.max())), term(self.N[r][d], -1.0)), 0,
+                        name=named("end_alone_layers", run=r, group=d))
             fills.append((kappa, self.N[r][d], red.A[run.first, run.keep] / tau, most > 0, r))
         for kappa, counts, A, usable, r in fills:
             for j, lam in enumerate(np.unique(A[usable])):  # the largest chunk: κ layers, at least its κ fastest
@@ -275,9 +347,10 @@ class GroupRelaxation:
 
     def _edges_inside(self, d: int, r: int) -> list[Expr]:
         """Resharding on the edges into and out of single-layer run r where they fall inside one of group d's
-        chunks (edge counts only: none without them)."""
+        chunks (with edge counts; without them, the end layer's ρ of `add_end_resharding_constraint`)."""
         if not self.edges:
-            return []
+            end = self.end_reshard.get(d)
+            return [end[3]] if end is not None and end[0] == r else []
         red, tau = self.reduced, self.scale
         return [term(self.Z[d][q], red.between(q, red.R) / tau) for q in (r - 1, r) if 0 <= q < len(red.runs) - 1]
 
@@ -404,7 +477,25 @@ def _balanced_cuts(times: list[float], v: int) -> list[int]:
     return edges + [n]
 
 
-def _any_class_undominated(reduced: Reduced, run) -> np.ndarray:
-    """Mask over run.keep: strategies no other one beats in A, G, Ms and Ma, whatever its layout class."""
+def reshards_at_ends(reduced: Reduced, groups: int) -> bool:
+    """Whether a single-layer end of the chain may reshard from its neighbour (GroupRelaxation's `ends`)."""
+    return bool(_chain_ends(reduced, groups))
+
+
+def _chain_ends(reduced: Reduced, groups: int) -> list[tuple[int, int, int, int, bool]]:
+    """The chain's single-layer ends that may reshard from their neighbour: (group, end run, neighbouring run, the
+    edge between them, whether the end is the edge's source): the first layer on group 0, the last on P − 1."""
+    runs, ends = reduced.runs, []
+    if len(runs) > 1 and runs[0].length == 1:
+        ends.append((0, 0, 1, runs[0].last, True))
+    if len(runs) > 1 and runs[-1].length == 1:
+        ends.append((groups - 1, len(runs) - 1, len(runs) - 2, runs[-2].last, False))
+    return [end for end in ends if reduced.R[end[3]][np.ix_(runs[end[1]].keep, runs[end[2]].keep)
+                                                      if end[4] else np.ix_(runs[end[2]].keep, runs[end[1]].keep)].any()]
+
+
+def _any_class_undominated(reduced: Reduced, run, extra: list[np.ndarray] = ()) -> np.ndarray:
+    """Mask over run.keep: strategies no other one beats in A, G, Ms and Ma (and the `extra` rows over strategy
+    ids), whatever its layout class."""
     return undominated(run.keep, np.zeros(len(run.keep), dtype=int),
-                       [t[run.first] for t in (reduced.A, reduced.G, reduced.Ms, reduced.Ma)])
+                       [t[run.first] for t in (reduced.A, reduced.G, reduced.Ms, reduced.Ma)] + list(extra))

@@ -25,7 +25,7 @@ from uniap.solve.backends import HIGHS_SMALL, IIS_TIME_S, GurobiBackend, HighsBa
 from uniap.solve.bounds import partition_bound
 from uniap.solve.formulation import BOUNDS, Formulation, scale_of
 from uniap.solve.group_bound import group_bound
-from uniap.solve.group_relaxation import GroupRelaxation, chain_plan
+from uniap.solve.group_relaxation import GroupRelaxation, chain_plan, reshards_at_ends
 from uniap.solve.linear import conflict_line
 from uniap.program import StageProgram
 from uniap.solve.program import Solution, evaluate, lower_bound
@@ -228,15 +228,18 @@ def _linear(program, reduced, backend_cls, deadline, cutoff, mip_gap, phase=None
 def _by_group(program, reduced, formulation, backend_cls, deadline, cutoff):
     """Solve the device-group relaxations, and look for a plan with their group contents that attains them.
 
-    First the coarse relaxation (no edge counts: cheapest to cut off) and the direct construction, then, if that
-    does not attain it, the one with edge counts, the direct construction and the chunk MILP with its group
+    First the coarse relaxation (no edge counts: cheapest to cut off) and the direct construction; if that does
+    not attain it, the coarse one with the resharding at the chain's ends (where an end can reshard: what the
+    coarse bound most often misses, at a few tenths of a second where the edge counts take the better part of
+    a second); then the one with edge counts, the direct construction and the chunk MILP with its group
     contents fixed. Returns (status, bound in seconds, plan): ("optimal", bound, plan) when the plan attains the
     bound (it is optimal); ("optimal", bound, None) when none does (the chunk MILP must decide, knowing the
     bound); ("infeasible", inf, None) when no plan fits or beats `cutoff`; ("limit", bound, None) on the time
     limit."""
     tau, bound = scale_of(program, reduced), -math.inf
-    for edges in (False, True):
-        relaxation = GroupRelaxation(program, reduced, tau, edges)
+    steps = [(False, False)] + [(False, True)] * reshards_at_ends(reduced, program.pipeline_degree) + [(True, False)]
+    for edges, ends in steps:
+        relaxation = GroupRelaxation(program, reduced, tau, edges, ends)
         backend = HighsBackend(relaxation.model, HIGHS_SMALL) if backend_cls is HighsBackend and not edges \
             else backend_cls(relaxation.model)
         result = backend.solve(_remaining(deadline), None if cutoff is None else cutoff / tau, 0.0, None)
