@@ -122,6 +122,10 @@ class GPipe(Schedule):
     def bounded_rounds(self, stages: int, micro_batches: int) -> int:
         return micro_batches  # every micro-batch is alive before the first backward
 
+    def inflight(self, stages: int, micro_batches: int, virtual_stages: int = 1) -> list[float]:
+        """Every stage holds all c micro-batches (what `order` gives; the search asks for it per candidate)."""
+        return [float(micro_batches)] * stages
+
 
 @dataclass(frozen=True)
 class OneFOneB(Schedule):
@@ -139,6 +143,10 @@ class OneFOneB(Schedule):
     def runs_as(self, stages: int, micro_batches: int) -> Schedule:
         """With fewer micro-batches than stages, 1F1B's order is GPipe's (every forward precedes every backward)."""
         return GPIPE if micro_batches < stages else self
+
+    def inflight(self, stages: int, micro_batches: int, virtual_stages: int = 1) -> list[float]:
+        """min(c, P − i) on stage i: what `order` gives, in closed form (the search asks for it per candidate)."""
+        return [float(min(micro_batches, stages - i)) for i in range(stages)]
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ import torch.distributed.pipelining as pipelining
 from torch.distributed.pipelining import schedules as torch_schedules
 
 from uniap.errors import UniapError
-from uniap.schedules import INTERLEAVED_1F1B, SCHEDULES, ZERO_BUBBLE, exported_schedules, schedule_named, \
-    simulate_order
+from uniap.schedules import INTERLEAVED_1F1B, SCHEDULES, ZERO_BUBBLE, Schedule, exported_schedules, \
+    schedule_named, simulate_order
 
 KIND = {"FORWARD": "F", "FULL_BACKWARD": "B", "BACKWARD_INPUT": "I", "BACKWARD_WEIGHT": "W"}
 
@@ -89,3 +89,13 @@ def test_torchtitan_names_resolve_to_the_runtime_class():
     the class `uniap run` trains with."""
     for ours, theirs in exported_schedules("torchtitan").items():
         assert torch_schedules.get_schedule_class(theirs).__name__ == schedule_named(ours).torch_class
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+def test_closed_form_inflight_counts_are_what_the_order_holds(name):
+    """GPipe and 1F1B give their in-flight counts in closed form; they equal what their operation order holds
+    when each stage's first backward starts (the rule every schedule's `inflight` follows)."""
+    schedule = SCHEDULES[name]
+    for P in (1, 2, 3, 4, 8):
+        for c in (1, 2, 3, 5, 8, 16, 40):
+            assert schedule.inflight(P, c) == Schedule.inflight(schedule, P, c)

@@ -81,6 +81,39 @@ def test_interleaved_encode_gives_the_evaluated_objective(seed):
         assert lower_bound(program) <= value * (1 + 1e-9)
 
 
+@pytest.mark.parametrize("seed", range(36))
+def test_the_slot_bound_never_exceeds_a_plan_or_the_optimum(seed):
+    """lower_bound's slot bound (whole layers per chunk: solve.program._slots_bound) on chains with a long run of
+    identical layers, where it binds: at most the TPI of every plan tried (any split, any strategies) and the
+    enumeration optimum."""
+    rng = np.random.default_rng(50_000 + seed)
+    P, v = [(2, 2), (2, 3), (3, 2)][seed % 3]
+    L = P * v + int(rng.integers(1, 4))
+    program = random_program(seed, layers=L, strategies=int(rng.integers(1, 4)), stages=P,
+                             micro_batches=P * int(rng.integers(1, 4)), runs=[1, L - 2, 1] if seed % 2 else [L],
+                             memory=float(rng.uniform(30, 90)) if seed % 4 < 2 else None, virtual_stages=v)
+    bound = lower_bound(program)
+    reference = solve_reference(program)
+    if reference is not None:
+        assert bound <= reference.objective * (1 + 1e-9)
+    for _ in range(40):
+        cuts = np.sort(rng.choice(np.arange(1, L), size=program.stages - 1, replace=False))
+        stage_of = np.searchsorted(cuts, np.arange(L), side="right")
+        strategy_of = np.array([rng.choice(np.flatnonzero(program.allowed[u])) for u in range(L)])
+        assert bound <= evaluate(program, stage_of, strategy_of) * (1 + 1e-9)
+
+
+def test_the_slot_bound_sees_whole_layers():
+    """Five 1 s layers in 2 × 2 chunks, c = 2, nothing else: one chunk holds two layers, which the mean-based
+    bound S/v + (c − 1/v)·S/P = 6.25 s does not see; the slot bound does, and stays at most the optimum."""
+    program = random_program(0, layers=5, strategies=1, stages=2, micro_batches=2, runs=[5], memory=None,
+                             virtual_stages=2)
+    for table, value in ((program.A, 1.0), (program.G, 0.0), (program.R, 0.0), (program.Rp, 0.0)):
+        table[...] = value
+    optimum = solve_reference(program).objective
+    assert 6.25 * (1 + 1e-6) < lower_bound(program) <= optimum * (1 + 1e-9)
+
+
 def test_interleaved_formula_on_a_balanced_pipeline():
     # P = 2 groups × v = 2 chunks, c = 4, every chunk 1 s, no sends: TPI = (c + (P − 1)/v)·p with p = 2 s per group
     program = random_program(0, layers=4, strategies=1, stages=2, micro_batches=4, virtual_stages=2, memory=None)

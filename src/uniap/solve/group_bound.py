@@ -36,14 +36,20 @@ PROBES = 24
 """Slot values at which the DP runs per round of refinement (each a min-plus convolution per group)."""
 
 
-def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = None) -> float | None:
+def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = None, contents: bool = False):
     """A lower bound on the TPI of every plan of the interleaved `program`, math.inf if none fits; None when its
     chain is not an embedding, one run of identical blocks and a head (the bound is then left to the MILPs).
 
     The breakpoints are searched by interval: DP(B) never rises with B, so on [B_i, B_j] the bound is at least
     (c·v − 1)·B_i + DP(B_j); intervals that cannot go below the best value found (or the `cutoff`) are dropped,
     the others probed again. With a `cutoff`, returns as soon as some slot value shows the bound is below it
-    (what it returns is then still a valid bound, below the cutoff)."""
+    (what it returns is then still a valid bound, below the cutoff).
+
+    `contents` (without a cutoff): returns (bound, counts), counts the group contents where the bound is
+    attained (per run, (P, K_r) layers over the run's kept strategies, as GroupRelaxation.contents), or None: a
+    plan holding them (group_relaxation.chain_plan) that reaches the bound is optimal with no MILP at all. The
+    bound prices no resharding, so where an end layer of them reshards from its group's blocks, a plan reaches
+    it only with that layer alone in its chunk: counts is None then too."""
     runs = reduced.runs
     P, v, c = program.pipeline_degree, program.virtual_stages, program.micro_batches
     if v < 2 or len(runs) != 3 or runs[0].length != 1 or runs[2].length != 1:
@@ -53,6 +59,7 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
     kinds = {kind: _group_terms(program, kept, kind, blocks) for kind in ("first", "middle", "last")}
     sends = least_sends(program, np.asarray(program.allowed))
     groups = []  # per group: its kind's (a, M, g) and what fits it, each (choices, blocks + 1)
+    choices = []  # per group: the indices of its kept choices among its kind's
     kept_of: dict[tuple[str, bytes], np.ndarray] = {}  # groups of one kind that fit the same counts keep the same
     for d in range(P):
         kind = "first" if d == 0 else "last" if d == P - 1 else "middle"
@@ -61,13 +68,13 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
         need = memory(held)
         fits = np.isfinite(need) & (need <= float(program.memory_capacity) * (1 + MEMORY_RTOL))
         if not fits.any():
-            return math.inf
+            return (math.inf, None) if contents else math.inf
         if cutoff is not None:
             # Whatever B, (c·v − 1)·B + the group's term ≥ c·a (B < M: B + c·(a − v·B); else c·v·M ≥ c·a): a
             # count whose time alone reaches the cut-off is dropped, and the bound is then capped at it.
             fits = fits & (c * a + sends < cutoff)
             if not fits.any():
-                return float(cutoff)
+                return (float(cutoff), None) if contents else float(cutoff)
         # Bytes grow with n, so a choice fits the counts from the least up to its most. One that another beats in
         # every rate its a, M and g grow with, and in that most, is never needed.
         key = (kind, fits.tobytes())
@@ -76,29 +83,36 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
             kept_of[key] = undominated(np.arange(len(most)), np.zeros(len(most), dtype=int), [*rates, -most])
         keep = kept_of[key]
         groups.append((kind, a[keep], M[keep], g[keep], fits[keep]))
+        choices.append(np.flatnonzero(keep))
     windows = [_window(*group[1:]) for group in groups]
     slots = np.unique(np.concatenate(
         [[0.0]] + [np.concatenate([M[fits], np.maximum((a - M)[fits] / (v - 1), 0.0)]) for _, a, M, _, fits in groups]))
-    best = -math.inf
+    best, best_at = -math.inf, None
     for omega in (np.full(P, 1.0 / P), np.eye(P)[0], np.eye(P)[P - 1]):
         def value(B, w=omega):
             costs, alike = [], {}  # groups of one kind that fit the same counts cost the same
             for x, (kind, *_, fits), window in zip(w, groups, windows):
                 key = (kind, float(x), fits.tobytes())
                 if key not in alike:
-                    alike[key] = _slot_cost(B, c, v, x, *window)
+                    alike[key] = _slot_cost(B, c, v, x, *window[:5])
                 costs.append(alike[key])
             return (c * v - 1) * B + _chain_dp(costs, blocks) + sends
-        least = _least_over_slots(slots, value, c * v - 1, None if cutoff is None else max(cutoff, best))
-        best = max(best, least)
+        least, slot = _least_over_slots(slots, value, c * v - 1, None if cutoff is None else max(cutoff, best))
+        if least > best:
+            best, best_at = least, (omega, slot)
         if cutoff is not None and best >= cutoff:
             break
+    if contents:
+        at = None if cutoff is not None or best_at is None or best_at[1] is None else \
+            _contents(program, reduced, kept, groups, choices, windows, blocks, *best_at)
+        return best, at
     return best if cutoff is None else min(best, float(cutoff))
 
 
-def _least_over_slots(slots: np.ndarray, value, slope: float, cutoff: float | None) -> float:
-    """A lower bound on min over the sorted `slots` of value(B) = slope·B + D(B), D non-increasing: exact unless
-    it is below `cutoff` (then the search stops at the first probe below it). On [slots[i], slots[j]] between
+def _least_over_slots(slots: np.ndarray, value, slope: float, cutoff: float | None) -> tuple[float, float | None]:
+    """A lower bound on min over the sorted `slots` of value(B) = slope·B + D(B), D non-increasing, and the slot
+    that attains it (None where it is an interval's floor): exact unless it is below `cutoff` (then the search
+    stops at the first probe below it). On [slots[i], slots[j]] between
     two probes, value ≥ slope·slots[i + 1] + D(slots[j]); an interval whose bound reaches the best probe (or the
     cutoff) holds nothing lower, the others are probed again."""
     known = {0: float(value(slots[:1])[0])}
@@ -111,7 +125,8 @@ def _least_over_slots(slots: np.ndarray, value, slope: float, cutoff: float | No
                   for i, j in zip(probed[:-1], probed[1:]) if j > i + 1}
         open_ = [key for key, floor in floors.items() if floor < best]
         if not open_ or (cutoff is not None and best < cutoff):
-            return min([best] + [floors[key] for key in open_])
+            least = min([best] + [floors[key] for key in open_])
+            return least, (float(slots[min(known, key=known.get)]) if least == best else None)
         share = max(2, PROBES // len(open_))
         picks = sorted({int(k) for i, j in open_ for k in np.linspace(i + 1, j - 1, min(j - i - 1, share))})
         for k, x in zip(picks, value(slots[picks])):
@@ -127,12 +142,12 @@ def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind
     undominated strategies."""
     v = program.virtual_stages
     n = np.arange(blocks + 1, dtype=float)
-    t, gk, ms, ma = kept[1]
+    t, gk, ms, ma, _ = kept[1]
     if kind == "middle":
         x = xg = xm = xa = np.zeros(1)
         end_chunk, at_least = None, v  # every chunk holds a block
     else:
-        x, xg, xm, xa = kept[0] if kind == "first" else kept[2]
+        x, xg, xm, xa, _ = kept[0] if kind == "first" else kept[2]
         end_chunk, at_least = (0 if kind == "first" else v - 1), v - 1  # the end layer's chunk may hold no block
     shape = (len(t), len(x), len(n))  # (block strategy, end strategy, n)
     a = t[:, None, None] * n + x[None, :, None]
@@ -176,29 +191,36 @@ def _kept(reduced: Reduced, run, end: bool) -> tuple[np.ndarray, ...]:
     """(A, G, Ms, Ma) of the run's strategies that no other beats in all four: a dominated one never lowers the
     bound. For an end layer (`end`), only those no other beats in time and sync, each with the least bytes of
     any strategy: a lighter but slower one then lowers the bound no further either, and the group's choices
-    stay few (its block strategy × these)."""
+    stay few (its block strategy × these). Last: their indices in run.keep."""
     tables = [table[run.first, run.keep] for table in (reduced.A, reduced.G, reduced.Ms, reduced.Ma)]
     index = np.arange(len(run.keep))
     if not end:
         keep = undominated(index, np.zeros(len(index), dtype=int), tables)
-        return tuple(table[keep] for table in tables)
+        return (*(table[keep] for table in tables), np.flatnonzero(keep))
     keep = undominated(index, np.zeros(len(index), dtype=int), tables[:2])
-    return tables[0][keep], tables[1][keep], *(np.full(int(keep.sum()), table.min()) for table in tables[2:])
+    return (tables[0][keep], tables[1][keep], *(np.full(int(keep.sum()), table.min()) for table in tables[2:]),
+            np.flatnonzero(keep))
 
 
 def _window(a, M, g, fits) -> tuple:
-    """(first block count, a, M, g, penalty) of a group over the window of counts where some choice fits and the
-    choices that fit one of them; penalty is 0 where a choice fits a count and inf where not."""
+    """(first block count, a, M, g, penalty, rows) of a group over the window of counts where some choice fits
+    and the choices that fit one of them (`rows`, their indices); penalty is 0 where a choice fits a count and
+    inf where not."""
     held = np.flatnonzero(fits.any(axis=0))
     lo, hi = int(held[0]), int(held[-1]) + 1
     rows = fits[:, lo:hi].any(axis=1)
     a, M, g, fits = (arr[rows, lo:hi] for arr in (a, M, g, fits))
-    return lo, a, M, g, np.where(fits, 0.0, math.inf)
+    return lo, a, M, g, np.where(fits, 0.0, math.inf), np.flatnonzero(rows)
 
 
 def _slot_cost(B: np.ndarray, c: int, v: int, omega: float, lo: int, a, M, g, penalty) -> tuple[int, np.ndarray]:
     """(first block count, (len(B), counts)): the least bound of the group over its choices, at each slot B and
     each block count it can hold (its `_window`: outside it nothing fits)."""
+    return lo, _slot_values(B, c, v, omega, a, M, g, penalty).min(axis=1)
+
+
+def _slot_values(B: np.ndarray, c: int, v: int, omega: float, a, M, g, penalty) -> np.ndarray:
+    """(len(B), choices, counts): the group's bound under each choice (`_slot_cost`)."""
     b = np.minimum(B[:, None, None], M[None])
     value = b * v  # b + c·max(a − v·b, M − b, 0) + ω·g + penalty, in place
     np.subtract(a[None], value, out=value)
@@ -207,7 +229,7 @@ def _slot_cost(B: np.ndarray, c: int, v: int, omega: float, lo: int, a, M, g, pe
     value *= c
     value += b
     value += omega * g + penalty
-    return lo, value.min(axis=1)
+    return value
 
 
 def _chain_dp(costs: list[tuple[int, np.ndarray]], blocks: int) -> np.ndarray:
@@ -231,3 +253,45 @@ def _chain_dp(costs: list[tuple[int, np.ndarray]], blocks: int) -> np.ndarray:
     if not ok.any():
         return np.full(F.shape[0], math.inf)
     return (F[:, need[ok]] + cost[:, ok]).min(axis=1)
+
+
+def _contents(program: StageProgram, reduced: Reduced, kept, groups, choices, windows, blocks: int,
+              omega: np.ndarray, B: float) -> list[np.ndarray] | None:
+    """The group contents where the bound is least at slot B (weights `omega`): each group's block count and
+    choice, backtracked through the chain DP; per run, counts over its kept strategies (None if the DP is
+    empty)."""
+    P, v, c = program.pipeline_degree, program.virtual_stages, program.micro_batches
+    F = np.zeros(1)  # F[n]: the least cost of the groups so far holding n blocks
+    picks = []
+    for x, (lo, *window, rows) in zip(omega, windows):
+        values = _slot_values(np.array([B]), c, v, float(x), *window)[0]  # (choices, counts)
+        cost, choice = values.min(axis=0), values.argmin(axis=0)
+        n = np.arange(min(len(F) + lo + len(cost) - 1, blocks + 1))
+        before = n[:, None] - lo - np.arange(len(cost))[None, :]  # what the groups before hold
+        total = np.where((before >= 0) & (before < len(F)), F[np.clip(before, 0, len(F) - 1)] + cost[None, :],
+                         math.inf)
+        k = total.argmin(axis=1)
+        picks.append((lo, k, rows[choice], before[np.arange(len(n)), k]))
+        F = total[np.arange(len(n)), k]
+    if len(F) <= blocks or not math.isfinite(F[blocks]):
+        return None
+    counts = [np.zeros((P, len(run.keep)), dtype=int) for run in reduced.runs]
+    n = blocks
+    for d in reversed(range(P)):
+        lo, k, row, before = picks[d]
+        kind = groups[d][0]
+        ends = 1 if kind == "middle" else len(kept[0 if kind == "first" else 2][0])
+        block, end = divmod(int(choices[d][row[k[n]]]), ends)  # the kind's choice: block × end strategy
+        counts[1][d, kept[1][4][block]] = lo + k[n]
+        if kind != "middle":
+            r = 0 if kind == "first" else 2
+            counts[r][d, kept[r][4][end]] = 1
+        n = int(before[n])
+    runs = reduced.runs
+    ids = [run.keep[held.sum(axis=0) > 0] for run, held in zip(runs, counts)]
+    first = [runs[1].keep[counts[1][0] > 0], ids[0]]  # the blocks of group 0 and the embedding
+    last = [runs[1].keep[counts[1][P - 1] > 0], ids[2]]
+    if reduced.R[runs[0].last][np.ix_(first[1], first[0])].any() or \
+            reduced.R[runs[1].last][np.ix_(last[0], last[1])].any():
+        return None  # an end layer reshards from its group's blocks, which the bound does not price
+    return counts

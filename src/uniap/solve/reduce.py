@@ -118,11 +118,19 @@ def one_strategy_groups(program: StageProgram, reduced: Reduced, stage_of: np.nd
 def _spans(ok, rows, edges) -> list[tuple[int, int]]:
     """(first, length) of maximal runs: each layer equals its predecessor, each inner edge equals the run's first."""
     L = ok.shape[0]
+    # like[u]: layer u equals layer u − 1; edge_like[u]: edge (u − 1, u) equals edge (u − 2, u − 1). Inside a run
+    # every inner edge equals the run's first when each equals the one before it.
+    like = np.ones(L, dtype=bool)
+    edge_like = np.ones(L, dtype=bool)
+    if L > 1:
+        like[1:] = (ok[1:] == ok[:-1]).all(axis=1)
+        for t in rows:
+            like[1:] &= (t[1:] == t[:-1]).all(axis=1)
+        for t in edges:
+            edge_like[2:] &= (t[1:] == t[:-1]).reshape(L - 2, -1).all(axis=1)
     spans, first = [], 0
     for u in range(1, L):
-        same_rows = np.array_equal(ok[u], ok[u - 1]) and all(np.array_equal(t[u], t[u - 1]) for t in rows)
-        same_edge = u - 1 == first or all(np.array_equal(t[u - 1], t[first]) for t in edges)
-        if not (same_rows and same_edge):
+        if not (like[u] and (u - 1 == first or edge_like[u])):
             spans.append((first, u - first))
             first = u
     spans.append((first, L - first))
