@@ -127,12 +127,13 @@ def _conflicting_kinds(model, time_limit: float | None) -> list[str] | None:
 
 def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: float | None = None,
                   cutoff: float | None = None, fold: bool = True, mip_gap: float = 0.0,
-                  phase: str | None = None) -> Outcome:
+                  phase: str | None = None, known: float | None = None) -> Outcome:
     """`solve`, also saying why no plan came back (the UOP records it). `phase` (interleaved programs) lets the
     UOP solve a candidate in steps, in the order of the bound each step leaves, with the best incumbent: "bound"
     stops after the group bound (solve.group_bound, exact then) and "relaxation" after the device-group MILPs,
     each coming back "deferred" with that bound unless it settles the candidate; "chunks" goes straight to the
-    chunk MILP (the device-group MILPs ran and settled nothing)."""
+    chunk MILP (the device-group MILPs ran and settled nothing). `known`: a lower bound the caller already has
+    (the UOP's, from bounding the candidate), taken instead of `lower_bound` again."""
     if solver not in SOLVERS:
         raise UniapError(f"unknown solver '{solver}' (choose from {', '.join(SOLVERS)})")
     if importlib.util.find_spec(SOLVERS[solver]) is None:
@@ -142,7 +143,7 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
         raise UniapError(f"the {program.split_schedule} schedule is priced (`uniap estimate`), not searched by the MILP")
     started = time.perf_counter()
     deadline = None if time_limit is None else started + float(time_limit)
-    bound = lower_bound(program)
+    bound = lower_bound(program) if known is None else known
     folded = functools.cache(lambda: reduce_program(program, fold=True))
     if cutoff is not None and bound < cutoff and program.stages > 1:
         # A stronger bound before the MILP. One stage has no min-max term for it to tighten: there the MILP itself

@@ -82,7 +82,8 @@ def reduce_program(program: StageProgram, fold: bool) -> Reduced:
     A, G, Ms, Ma = (np.where(ok, np.asarray(t, dtype=float), 0.0) for t in (program.A, program.G, program.Ms,
                                                                             program.Ma))
     pair_ok = ok[:-1, :, None] & ok[1:, None, :]
-    R, Rp = (np.where(pair_ok, np.asarray(t, dtype=float), 0.0) for t in (program.R, program.Rp))
+    R, Rp = (np.asarray(t, dtype=float) if pair_ok.all() else np.where(pair_ok, np.asarray(t, dtype=float), 0.0)
+             for t in (program.R, program.Rp))
     identical = _spans(ok, (A, G, Ms, Ma), (R, Rp))
     spans = identical if fold else [(u, 1) for u in range(program.layers)]
     runs = []
