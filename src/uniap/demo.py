@@ -187,7 +187,6 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
     instead of measuring one. comparisons: run only the first N hand-written plans that differ from the chosen
     one. progress(done, total, what) reports the profiling; say(text) the stages.
     """
-    from uniap.models.decoder import check_supported
     from uniap.planner import plan_search
     from uniap.profile.calibration import calibrate
     from uniap.profile.collect import Profiling, default_nproc
@@ -198,10 +197,7 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
 
     say = say or (lambda text: None)
     nproc = default_nproc() if nproc is None else int(nproc)
-    _check_counts(nproc, steps, rounds)
-    check_supported(config)  # a model the runtime trains, refused in one line before anything is spawned
-    if config.learned_positions and seq_len > config.max_seq:
-        raise UniapError(f"--seq-len {seq_len} exceeds {config.name}'s {config.max_seq} learned positions")
+    _check_inputs(nproc, steps, rounds, config, seq_len)
     chunks = passes_before_rounds(passes, rounds) if profile_path is None else [0] * rounds
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -264,7 +260,6 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
         plans = predict_all(calibrated)
         whole_choice = search(calibrated)
         timings["plan_s"] += time.perf_counter() - t0
-    chosen.save(out / "plan.json")
 
     rows = _rows(plans, results, calibrated.device.reserve_bytes)
     timings["total_s"] = time.perf_counter() - started
@@ -345,7 +340,13 @@ def score_intervals(result: dict, out_dir: str | Path) -> dict:
     return result
 
 
-def _check_counts(nproc: int, steps: int, rounds: int) -> None:
+def _check_inputs(nproc: int, steps: int, rounds: int, config: ModelConfig, seq_len: int) -> None:
+    """One line, before anything is spawned, for counts out of range or a model the runtime cannot train."""
+    from uniap.models.decoder import check_supported
+
+    check_supported(config)
+    if config.learned_positions and seq_len > config.max_seq:
+        raise UniapError(f"--seq-len {seq_len} exceeds {config.name}'s {config.max_seq} learned positions")
     if nproc < 1:
         raise UniapError(f"--nproc must be >= 1, got {nproc}")
     if steps <= WARMUP_STEPS:
