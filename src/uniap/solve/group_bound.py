@@ -288,10 +288,9 @@ def _contents(program: StageProgram, reduced: Reduced, kept, groups, choices, wi
             counts[r][d, kept[r][4][end]] = 1
         n = int(before[n])
     runs = reduced.runs
-    ids = [run.keep[held.sum(axis=0) > 0] for run, held in zip(runs, counts)]
-    first = [runs[1].keep[counts[1][0] > 0], ids[0]]  # the blocks of group 0 and the embedding
-    last = [runs[1].keep[counts[1][P - 1] > 0], ids[2]]
-    if reduced.R[runs[0].last][np.ix_(first[1], first[0])].any() or \
-            reduced.R[runs[1].last][np.ix_(last[0], last[1])].any():
+    first_blocks, last_blocks = (runs[1].keep[counts[1][d] > 0] for d in (0, P - 1))
+    embedding, head = (run.keep[held.sum(axis=0) > 0] for run, held in ((runs[0], counts[0]), (runs[2], counts[2])))
+    if reduced.R[runs[0].last][np.ix_(embedding, first_blocks)].any() or \
+            reduced.R[runs[1].last][np.ix_(last_blocks, head)].any():
         return None  # an end layer reshards from its group's blocks, which the bound does not price
     return counts

@@ -41,16 +41,15 @@ from uniap.solve.reduce import Reduced, undominated
 class GroupRelaxation:
     """The device-group MILP of one interleaved program (`program.virtual_stages` > 1); times divided by `scale`."""
 
-    def __init__(self, program: StageProgram, reduced: Reduced, scale: float, edges: bool, ends: bool = False):
+    def __init__(self, program: StageProgram, reduced: Reduced, scale: float, edges: bool):
         """`edges` False: the coarser MILP without edge counts — sends at the P·v − 1 cheapest edges of the chain,
-        no resharding, each group at least v layers. Weaker, and often faster to cut off. `ends` (without edges):
-        with the resharding between each single-layer end of the chain and its neighbour
-        (`add_end_resharding_constraint`; `reshards_at_ends` says whether there is any)."""
+        each group at least v layers, and no resharding but between each single-layer end of the chain and its
+        neighbour (`add_end_resharding_constraint`). Weaker, and often faster to cut off."""
         P, v = program.pipeline_degree, program.virtual_stages
         self.program, self.reduced, self.scale, self.edges = program, reduced, scale, edges
         runs = reduced.runs
         bld = Builder()
-        self.ends = _chain_ends(reduced, P) if ends and not edges else []
+        self.ends = [] if edges else _chain_ends(reduced, P)
         # Without edges a strategy is seen only through A, G, Ms, Ma: one that another beats in all four (of any
         # layout class) is never needed, which leaves a few of a run's strategies (e.g. 10 of 36). At a chain end
         # the end's ρ also sees the resharding between the end and its neighbour (add_end_resharding_constraint):
@@ -60,7 +59,7 @@ class GroupRelaxation:
             for r, run in enumerate(runs):
                 mask = np.tile(_any_class_undominated(reduced, run), (P, 1))
                 for d, r_end, r_next, edge, source in self.ends:
-                    R = reduced.R[edge] if source else reduced.R[edge].T  # global (end, neighbour) strategies
+                    R = _end_resharding(reduced, edge, source)
                     if r == r_end:
                         mask[d] = _any_class_undominated(reduced, run, [R[:, k] for k in runs[r_next].keep])
                     elif r == r_next:
@@ -72,7 +71,7 @@ class GroupRelaxation:
         self.H = bld.variables(1, name="H")[0]
         for r, run in enumerate(runs):
             self.add_placement_constraint(bld, r, run.length)
-        self.chosen: dict[tuple[int, int], tuple[np.ndarray, list[int]]] = {}  # (stretch, group) → binaries, ids
+        self.chosen: dict[tuple[int, int], tuple[np.ndarray, list[int]]] = {}  # (run, group) → binaries, ids
         self.add_one_strategy_constraint(bld)
         self.end_reshard: dict[int, tuple[int, int, int, Expr]] = {}  # group → (end run, next run, h, ρ)
         self.slot = bld.variables(P, name="slot")  # b_d (solve.program)
@@ -174,7 +173,7 @@ class GroupRelaxation:
                 if not keys:
                     continue
                 chosen = bld.variables(len(keys), 0, 1, integer=True, name=f"chosen[stretch={q},group={d}]")
-                self.chosen[q, d] = (chosen, keys)
+                self.chosen.update({(r, d): (chosen, keys) for r in covering})
                 bld.row(term(chosen), 1, 1, name=named("strategy_chosen", stretch=q, group=d))
                 for r in covering:
                     most = self.most[r][d]
@@ -254,15 +253,14 @@ class GroupRelaxation:
         group's time and the end's chunk (`_edges_inside`); h = 0 leaves the neighbouring run's layers on d to
         its other v − 1 chunks (add_slot_constraint). Every plan's point still costs at most its TPI: a
         strategy the two runs drop on d (`most`) is beaten by a kept one in A, G, Ms, Ma and in its resharding
-        against every strategy of the other side, so the point's pair reshards for no more than the plan's. This is what the coarse bound most often missed: llama2-70b's head
-        reshards from its blocks' layout, 0.03 s per iteration through the excess term, and the edge-count MILP
-        took 0.64 s to find it."""
-        red = self.reduced
+        against every strategy of the other side, so the point's pair reshards for no more than the plan's. This
+        is what the coarse bound most often missed: llama2-70b's head reshards from its blocks' layout, 0.03 s per
+        iteration through the excess term, and the edge-count MILP took 0.64 s to find it."""
         for d, r_end, r_next, edge, source in self.ends:
             end, near = self._by_class(r_end, d), self._by_class(r_next, d)
             if not end or not near:
                 continue
-            R = red.R[edge] if source else red.R[edge].T  # (end strategy, neighbour strategy): one per class pair
+            R = _end_resharding(self.reduced, edge, source)  # one value per pair of layout classes
             cost = R[np.ix_([k for k, _ in end], [k for k, _ in near])]
             if not (cost > 0).any():
                 continue
@@ -270,7 +268,7 @@ class GroupRelaxation:
             pair = bld.variables(cost.shape, 0, name=f"end_pair[group={d}]")
             for i, j in zip(*np.nonzero(cost > 0)):  # pair ≥ [end in class i] + [neighbour in class j] + h − 2
                 bld.row(plus(term(pair[i, j]), minus(end[i][1]), minus(near[j][1]), term(h, -1.0)), -2.0,
-                        name=named("end_pair", group=d, end=i, near=j))
+                        name=named("end_pair", group=d, end=int(i), near=int(j)))
             self.end_reshard[d] = (r_end, r_next, h, term(pair, cost / self.scale))
 
     def _by_class(self, r: int, d: int) -> list[tuple[int, Expr]]:
@@ -280,10 +278,10 @@ class GroupRelaxation:
         run, most = self.reduced.runs[r], self.most[r][d]
         usable = {int(run.keep[j]): j for j in np.flatnonzero(most > 0)}
         binaries = None
-        for (q, group), (chosen, keys) in self.chosen.items():
-            if group == d and r in self.reduced.shared()[q][1]:
-                binaries = {k: int(chosen[i]) for i, k in enumerate(keys) if k in usable}
-        if binaries is None and run.length == 1:
+        if (r, d) in self.chosen:
+            chosen, keys = self.chosen[r, d]
+            binaries = {k: int(chosen[i]) for i, k in enumerate(keys) if k in usable}
+        elif run.length == 1:
             binaries = {k: int(self.N[r][d, j]) for k, j in usable.items()}
         if not binaries:
             return []
@@ -477,11 +475,6 @@ def _balanced_cuts(times: list[float], v: int) -> list[int]:
     return edges + [n]
 
 
-def reshards_at_ends(reduced: Reduced, groups: int) -> bool:
-    """Whether a single-layer end of the chain may reshard from its neighbour (GroupRelaxation's `ends`)."""
-    return bool(_chain_ends(reduced, groups))
-
-
 def _chain_ends(reduced: Reduced, groups: int) -> list[tuple[int, int, int, int, bool]]:
     """The chain's single-layer ends that may reshard from their neighbour: (group, end run, neighbouring run, the
     edge between them, whether the end is the edge's source): the first layer on group 0, the last on P − 1."""
@@ -490,8 +483,13 @@ def _chain_ends(reduced: Reduced, groups: int) -> list[tuple[int, int, int, int,
         ends.append((0, 0, 1, runs[0].last, True))
     if len(runs) > 1 and runs[-1].length == 1:
         ends.append((groups - 1, len(runs) - 1, len(runs) - 2, runs[-2].last, False))
-    return [end for end in ends if reduced.R[end[3]][np.ix_(runs[end[1]].keep, runs[end[2]].keep)
-                                                      if end[4] else np.ix_(runs[end[2]].keep, runs[end[1]].keep)].any()]
+    return [(d, r_end, r_next, edge, source) for d, r_end, r_next, edge, source in ends
+            if _end_resharding(reduced, edge, source)[np.ix_(runs[r_end].keep, runs[r_next].keep)].any()]
+
+
+def _end_resharding(reduced: Reduced, edge: int, source: bool) -> np.ndarray:
+    """R at a chain end's edge as (end layer's strategy, neighbour's strategy), over strategy ids."""
+    return reduced.R[edge] if source else reduced.R[edge].T
 
 
 def _any_class_undominated(reduced: Reduced, run, extra: list[np.ndarray] = ()) -> np.ndarray:

@@ -25,7 +25,7 @@ from uniap.solve.backends import HIGHS_SMALL, IIS_TIME_S, GurobiBackend, HighsBa
 from uniap.solve.bounds import partition_bound
 from uniap.solve.formulation import BOUNDS, Formulation, scale_of
 from uniap.solve.group_bound import group_bound
-from uniap.solve.group_relaxation import GroupRelaxation, chain_plan, reshards_at_ends
+from uniap.solve.group_relaxation import GroupRelaxation, chain_plan
 from uniap.solve.linear import conflict_line
 from uniap.program import StageProgram
 from uniap.solve.program import Solution, evaluate, lower_bound
@@ -244,9 +244,8 @@ def _by_group(program, reduced, formulation, backend_cls, deadline, cutoff):
     bound); ("infeasible", inf, None) when no plan fits or beats `cutoff`; ("limit", bound, None) on the time
     limit."""
     tau, bound = scale_of(program, reduced), -math.inf
-    steps = [(False, reshards_at_ends(reduced, program.pipeline_degree)), (True, False)]
-    for edges, ends in steps:
-        relaxation = GroupRelaxation(program, reduced, tau, edges, ends)
+    for edges in (False, True):
+        relaxation = GroupRelaxation(program, reduced, tau, edges)
         backend = HighsBackend(relaxation.model, HIGHS_SMALL) if backend_cls is HighsBackend and not edges \
             else backend_cls(relaxation.model)
         result = backend.solve(_remaining(deadline), None if cutoff is None else cutoff / tau, 0.0, None)

@@ -11,6 +11,7 @@ settled.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import multiprocessing
 import os
@@ -177,11 +178,14 @@ class _Workers:
 
     def __init__(self, workers: int, build):
         self.workers, self.build, self.pool = workers, build, None
-        self.remote = None
+
+    @functools.cached_property
+    def remote(self) -> bool:
+        """Whether `build` can be sent to the workers (pickled once: it carries the whole model)."""
+        return _picklable(self.build)
 
     def get(self) -> ProcessPoolExecutor:
         if self.pool is None:
-            self.remote = _picklable(self.build)
             context = multiprocessing.get_context("spawn")  # no fork of a process that may hold solver threads
             self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=context, initializer=_start_worker,
                                             initargs=(self.build if self.remote else None,))
@@ -210,7 +214,7 @@ def _bounds(candidates: Sequence[Hashable], build, workers: int, deadline: float
     rate = (time.perf_counter() - started) / max(len(done), 1)
     left = _left(deadline)
     if items and rate * len(items) >= PARALLEL_BOUNDS_S and (left is None or left >= PARALLEL_BOUNDS_S) \
-            and _picklable(build):
+            and pool.remote:
         # Contiguous blocks, dealt out in turn: a builder that caches what consecutive candidates share (the
         # planner prices a (P, c) once for all of its v's) keeps most of that, and the shares stay even.
         size = max(1, len(items) // (8 * workers))
@@ -256,7 +260,6 @@ def _bound_share(items: list, build, left: float | None, best: float = math.inf)
             best = min(best, uniform.objective)
         out.append((index, ("bounded", bound, uniform)))
     return out
-
 
 
 def _picklable(*objects) -> bool:
