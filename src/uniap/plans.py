@@ -23,10 +23,16 @@ SCHEMA = "uniap.plan/1"
 
 @dataclass(frozen=True)
 class StagePlan:
+    """One pipeline stage: the ranks that run it and the layers they hold."""
+
     index: int
+    """Its place in the pipeline, 0 .. P − 1."""
     ranks: tuple[int, ...]
-    layers: tuple[int, int]  # first, last (inclusive) layer index of the chain this stage's chunks span
-    chunks: tuple[tuple[int, int], ...] = ()  # (first, last) of each chunk it runs, in order; () = (layers,)
+    """The global ranks that run it (dp × cp × tp of them)."""
+    layers: tuple[int, int]
+    """First and last (inclusive) layer index of the chain its chunks span."""
+    chunks: tuple[tuple[int, int], ...] = ()
+    """(first, last) of each chunk it runs, in order, under an interleaved schedule; () means one, `layers`."""
 
     @property
     def ranges(self) -> tuple[tuple[int, int], ...]:
@@ -36,11 +42,18 @@ class StagePlan:
 
 @dataclass(frozen=True)
 class LayerPlan:
+    """One layer of the chain: where it runs and how."""
+
     index: int
+    """Its place in the chain."""
     name: str
+    """Its name in the model (`embed`, `block.3`, `head`), which the runtime checks against the model it builds."""
     stage: int
+    """The stage that runs it."""
     strategy: Strategy
-    chunk: int | None = None  # global chunk index under the interleaved schedule (chunk mod P = stage)
+    """Its parallel strategy (dp, cp, tp, ZeRO, recompute, ...)."""
+    chunk: int | None = None
+    """Its global chunk index under an interleaved schedule (chunk mod P = stage); None otherwise."""
 
     @property
     def position(self) -> int:
@@ -173,11 +186,17 @@ class Plan:
     their JSON objects; they are typed on construction."""
 
     model: ModelSection
+    """The model it is for."""
     cluster: ClusterSection
+    """The devices it is for."""
     workload: WorkloadSection
+    """What one iteration trains."""
     pipeline: PipelineSection
+    """How the stages run."""
     stages: list[StagePlan]
+    """The pipeline stages, in order."""
     layers: list[LayerPlan]
+    """Every layer of the chain, in order."""
     predicted: dict = field(default_factory=dict)
     """What the cost model predicts (iteration_time_s, peak_memory_bytes per stage, ...); {} when not costed."""
     search: dict | None = None
