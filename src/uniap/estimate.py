@@ -134,6 +134,7 @@ def _config_json(model: ModelSpec) -> dict:
 
 def cost_plan(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> tuple[StageProgram, np.ndarray, np.ndarray]:
     """Tables and assignment of an existing plan, so `estimate --plan` re-costs it exactly."""
+    plan.check_chain([layer.name for layer in model.layers], f"model {model.name}")
     workload = workload_of(plan)
     strategies = sorted({layer.strategy for layer in plan.layers})
     index = {s: k for k, s in enumerate(strategies)}

@@ -348,12 +348,29 @@ class Plan:
                 raise UniapError(f"layer {layer.index}: dp×cp×tp = {layer.strategy.devices} but its stage has "
                                  f"{len(stage.ranks)} ranks")
 
+    def check_chain(self, names: list[str], of: str) -> None:
+        """Refuse a plan whose layers are not `names`, the chain of `of` (the model it is costed or run as), with
+        both counted: a plan whose model section was edited along with its layers passes `validate`."""
+        mine = [layer.name for layer in self.layers]
+        if mine == names:
+            return
+        if len(mine) != len(names):
+            raise UniapError(f"the plan lists {len(mine)} layers ({_ends(mine)}) but {of} has {len(names)} "
+                             f"({_ends(names)})")
+        u = next(u for u, (a, b) in enumerate(zip(mine, names)) if a != b)
+        raise UniapError(f"the plan's layer {u} is {mine[u]!r} but layer {u} of {of} is {names[u]!r}")
+
     def check_matches(self, config: ModelConfig, seq_len: int, world_size: int) -> None:
         """Refuse to run a plan made for another model or world size."""
         if world_size != self.world_size:
             raise UniapError(f"plan is for {self.world_size} ranks but the world has {world_size}")
         if fingerprint(config, seq_len, world_size) != self.fingerprint:
             raise UniapError(f"plan was made for model {self.model.name!r}, not {config.name!r}")
+
+
+def _ends(names: list[str]) -> str:
+    """A chain of layer names by its ends: "embed, block.0, …, head"."""
+    return ", ".join(names) if len(names) <= 3 else f"{names[0]}, {names[1]}, …, {names[-1]}"
 
 
 FIRST_CONFIG_FIELDS = frozenset((

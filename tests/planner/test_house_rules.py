@@ -59,6 +59,29 @@ def test_a_plan_without_its_last_layer_names_what_is_missing(tmp_path):
     assert str(err.value) == f"the plan lists {layers} layers but its model has {layers + 1} (missing: {layers})"
 
 
+def test_a_plan_edited_to_a_shorter_chain_counts_both_chains(tmp_path):
+    """The model section edited along with the layers passes the plan's own checks; costing and running it count
+    the plan's layers and the model's."""
+    from uniap.runtime.checks import check_plan
+
+    done = subprocess.run([str(UNIAP), "estimate", "-m", "tiny-gpt", "-c", "cpu:1x4", "-b", "8", "--pp", "2",
+                           "--format", "json"], capture_output=True, text=True, check=True)
+    data = json.loads(done.stdout)
+    data["layers"] = data["layers"][:-1]
+    data["model"]["layers"] -= 1
+    data["stages"][-1]["layers"][1] -= 1
+    data["stages"][-1]["chunks"][-1][1] -= 1
+    (tmp_path / "plan.json").write_text(json.dumps(data))
+    estimated = subprocess.run([str(UNIAP), "estimate", "--plan", str(tmp_path / "plan.json")], capture_output=True,
+                               text=True)
+    assert estimated.returncode == 2
+    assert estimated.stderr.strip() == ("uniap: error: the plan lists 5 layers (embed, block.0, …, block.3) but "
+                                        "model tiny-gpt has 6 (embed, block.0, …, head)")
+    with pytest.raises(UniapError, match=r"^the plan lists 5 layers \(embed, block.0, …, block.3\) but a gpt2 "
+                                         r"decoder of 4 blocks has 6 \(embed, block.0, …, head\)$"):
+        check_plan(Plan.from_json(data), 4)
+
+
 def test_plan_sections_are_typed_frozen_and_refuse_unknown_fields():
     import dataclasses
 

@@ -64,10 +64,7 @@ def check_plan(plan: Plan, world_size: int, impl: str = "uniap") -> RunShape:
         check_hf_plan(plan, config)
     else:
         check_supported(config)
-    names = layer_names(config)
-    if [l.name for l in plan.layers] != names:
-        raise UniapError(f"plan's layer chain does not match a {config.family} decoder with {config.layers} blocks "
-                         f"(expected {names[0]}, {names[1]}, …, {names[-1]})")
+    plan.check_chain(layer_names(config), f"a {config.family} decoder of {config.layers} blocks")
     wl_seq = int(plan.workload.seq_len)
     if wl_seq != seq_len:
         raise UniapError(f"workload seq_len {wl_seq} differs from the model's seq_len {seq_len}")
