@@ -28,6 +28,6 @@ def read_json_object(path: str | Path, what: str) -> dict:
 
 
 def digest(data, sort_keys: bool = True) -> str:
-    """The one short stable hash of JSON-able data (16 hex digits of SHA-256 over its JSON text): plan
-    fingerprints, model architectures of profiles and checkpoints, layer signatures, plan digests."""
+    """The one short stable hash of JSON-able data (16 hex digits of SHA-256 over its JSON text): architecture
+    ids (the fingerprints of plans, profiles and checkpoints), layer signatures, plan digests."""
     return hashlib.sha256(json.dumps(data, sort_keys=sort_keys, default=list).encode()).hexdigest()[:16]

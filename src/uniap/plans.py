@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from uniap.errors import UniapError
-from uniap.jsonfile import digest, read_json_object
+from uniap.jsonfile import read_json_object
 from uniap.spec.engine import Engine
-from uniap.spec.model import ModelConfig
+from uniap.spec.model import ModelConfig, architecture_id
 from uniap.schedules import schedule_named
 from uniap.strategies import Strategy
 
@@ -234,7 +234,8 @@ class Plan:
 
     @property
     def fingerprint(self) -> str:
-        return fingerprint(self.model_config(), int(self.model.seq_len), self.world_size)
+        """`spec.model.architecture_id` of its model, sequence length and world size."""
+        return architecture_id(self.model_config(), int(self.model.seq_len), self.world_size)
 
     # -- JSON ---------------------------------------------------------------------------------
     def to_json(self) -> dict:
@@ -364,26 +365,10 @@ class Plan:
         """Refuse to run a plan made for another model or world size."""
         if world_size != self.world_size:
             raise UniapError(f"plan is for {self.world_size} ranks but the world has {world_size}")
-        if fingerprint(config, seq_len, world_size) != self.fingerprint:
+        if architecture_id(config, seq_len, world_size) != self.fingerprint:
             raise UniapError(f"plan was made for model {self.model.name!r}, not {config.name!r}")
 
 
 def _ends(names: list[str]) -> str:
     """A chain of layer names by its ends: "embed, block.0, …, head"."""
     return ", ".join(names) if len(names) <= 3 else f"{names[0]}, {names[1]}, …, {names[-1]}"
-
-
-FIRST_CONFIG_FIELDS = frozenset((
-    "family", "layers", "hidden", "heads", "ffn", "vocab", "kv_heads", "max_seq", "decoder_layers", "gated_mlp",
-    "tied_embeddings", "norm", "bias", "learned_positions", "image_size", "patch_size", "channels", "num_classes",
-    "depths", "window", "type_vocab", "kv_channels"))
-"""The ModelConfig fields the first plans hashed. Fields added since (the decoder families' options) enter the hash
-only where they differ from what these imply, so a plan written before they existed keeps its fingerprint."""
-
-
-def fingerprint(config: ModelConfig, seq_len: int, world_size: int) -> str:
-    """Short stable hash of what a plan depends on: the architecture, sequence length and world size."""
-    implied = asdict(ModelConfig(name=config.name, **{k: getattr(config, k) for k in FIRST_CONFIG_FIELDS}))
-    arch = {k: v for k, v in asdict(config).items()
-            if k != "name" and (k in FIRST_CONFIG_FIELDS or v != implied[k])}
-    return digest({"arch": arch, "seq_len": seq_len, "world": world_size})

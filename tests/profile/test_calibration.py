@@ -18,9 +18,10 @@ from uniap.profile.calibration import (
     measured_layer_cost,
     pipeline_scale,
 )
-from uniap.profile.schema import model_fingerprint, signature_id
+from uniap.profile.schema import signature_id
 from uniap.spec.cluster import load_cluster
 from uniap.spec.families import build_layers
+from uniap.spec.model import architecture_id
 from uniap.spec.workload import Workload
 from uniap.strategies import Strategy, enumerate_strategies
 
@@ -43,7 +44,7 @@ def path(tmp_path, doc):
 
 def test_profile_document_says_what_and_how(doc):
     assert doc["schema"] == SCHEMA == "uniap.profile/1"
-    assert doc["model"]["fingerprint"] == model_fingerprint(TINY, SEQ) and doc["model"]["seq_len"] == SEQ
+    assert doc["model"]["fingerprint"] == architecture_id(TINY, SEQ) and doc["model"]["seq_len"] == SEQ
     assert doc["world_size"] == 4 and doc["device"]["kind"] == "cpu" and doc["precision"] == "fp32"
     assert {"warmup", "reps", "statistic", "timer", "concurrency"} <= set(doc["method"])
     kinds = {rec["kind"] for rec in doc["layers"]}
@@ -99,6 +100,23 @@ def test_profile_for_another_world_model_precision_or_device_is_refused(path):
         calibrate(load_cluster("cpu:1x4"), path, model=MODEL, workload=Workload(8, SEQ, "bf16"))
     with pytest.raises(UniapError, match="measured on cpu devices"):
         calibrate(load_cluster("a100-80g:1x4"), path)
+
+
+def test_a_profile_is_matched_by_the_config_it_records_not_by_its_fingerprint(tmp_path, doc):
+    """Profiles written when the architecture id hashed every config field (another fingerprint than today's
+    for the same model) still calibrate it."""
+    from dataclasses import asdict
+
+    from uniap.jsonfile import digest
+
+    old = json.loads(json.dumps(doc))
+    old["model"]["fingerprint"] = digest({"arch": {k: v for k, v in asdict(TINY).items() if k != "name"},
+                                          "seq_len": SEQ})
+    assert old["model"]["fingerprint"] != doc["model"]["fingerprint"]
+    calibrate(load_cluster("cpu:1x4"), old, model=MODEL, workload=FP32)
+    old["model"]["config"]["unknown_field"] = 1
+    with pytest.raises(UniapError, match="records a model config this uniap cannot read"):
+        calibrate(load_cluster("cpu:1x4"), old, model=MODEL, workload=FP32)
 
 
 def test_calibrated_layer_costs_are_the_measured_ones(path):

@@ -38,8 +38,9 @@ import numpy as np
 from uniap.schedules import schedule_named
 from uniap.errors import UniapError
 from uniap.profile.fit import Line
-from uniap.profile.schema import load_profile, model_fingerprint, signature_id, validate
+from uniap.profile.schema import load_profile, signature_id, validate
 from uniap.spec.cluster import ClusterSpec, Link
+from uniap.spec.model import ModelConfig, architecture_id
 from uniap.strategies import Strategy
 
 
@@ -47,7 +48,9 @@ def calibrate(cluster: ClusterSpec, profile, model=None, workload=None) -> Clust
     """`cluster` with the measured figures of `profile` (a path or a loaded document).
 
     Refuses (UniapError, one line) a profile measured on another world size or device kind, and — when
-    given — for another model (architecture or sequence length) or precision.
+    given — for another model (architecture or sequence length) or precision. The model is compared by the
+    architecture id of the config the profile records, not by the fingerprint it wrote: a profile written when
+    the id hashed every config field matches as well as a new one.
     """
     doc = profile if isinstance(profile, dict) else load_profile(profile)
     if isinstance(profile, dict):
@@ -61,8 +64,11 @@ def calibrate(cluster: ClusterSpec, profile, model=None, workload=None) -> Clust
     if kind and kind != cluster.device.kind:
         raise UniapError(f"{where} was measured on {kind} devices but cluster {cluster.name} is {cluster.device.kind}")
     if model is not None:
-        want = model_fingerprint(model.config, model.seq_len)
-        if doc["model"]["fingerprint"] != want:
+        try:
+            measured = architecture_id(ModelConfig(**doc["model"]["config"]), int(doc["model"]["seq_len"]))
+        except TypeError as exc:  # a field this version does not know
+            raise UniapError(f"{where} records a model config this uniap cannot read: {exc}") from None
+        if measured != architecture_id(model.config, model.seq_len):
             raise UniapError(f"{where} was measured for model {doc['model'].get('name')!r} at seq_len "
                              f"{doc['model']['seq_len']}, not {model.name!r} at seq_len {model.seq_len} "
                              f"(run `uniap profile` for this model)")

@@ -18,10 +18,10 @@ from pathlib import Path
 from uniap.errors import UniapError
 from uniap.profile import fit
 from uniap.profile.items import merge_measurements
-from uniap.profile.schema import SCHEMA, model_fingerprint, signature_id
+from uniap.profile.schema import SCHEMA, signature_id
 from uniap.runtime.launcher import Nodes, launch
 from uniap.spec.families import build_layers
-from uniap.spec.model import ModelConfig
+from uniap.spec.model import ModelConfig, architecture_id
 from uniap.strategies import Strategy
 
 MAX_NPROC = 64
@@ -203,7 +203,7 @@ def assemble(raw: dict, config: ModelConfig, seq_len: int, world: int, spec: dic
     doc = {
         "schema": SCHEMA,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "model": {"name": config.name, "fingerprint": model_fingerprint(config, seq_len), "seq_len": int(seq_len),
+        "model": {"name": config.name, "fingerprint": architecture_id(config, seq_len), "seq_len": int(seq_len),
                   "config": config.to_json()},
         "world_size": int(world),
         "device": {"kind": "cuda" if cuda else "cpu", "name": raw.get("device_name", ""),

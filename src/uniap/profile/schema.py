@@ -5,7 +5,8 @@ Torch-free: planning with a profile (`uniap plan --profile`) needs no torch.
 Document (JSON):
     schema            "uniap.profile/1"
     created           ISO time
-    model             {name, fingerprint, seq_len, config}: fingerprint = hash of the architecture + seq_len
+    model             {name, fingerprint, seq_len, config}: fingerprint = spec.model.architecture_id of the
+                      config and seq_len (a calibration recomputes it from the config: see calibrate)
     world_size        ranks measured (the cluster it calibrates must have as many devices)
     device            {kind cpu|cuda, name, backend gloo|nccl, cores, threads_per_rank}
     torch, precision ("fp32": what the runtime trains), optimizer
@@ -26,15 +27,10 @@ from pathlib import Path
 
 from uniap.errors import UniapError
 from uniap.jsonfile import digest
-from uniap.spec.model import ModelConfig, architecture_id
+from uniap.spec.model import ModelConfig
 from uniap.strategies import Strategy
 
 SCHEMA = "uniap.profile/1"
-
-
-def model_fingerprint(config: ModelConfig, seq_len: int) -> str:
-    """What a profile's layer figures depend on: `spec.model.architecture_id`."""
-    return architecture_id(config, seq_len)
 
 
 def signature_id(signature: tuple) -> str:
@@ -59,6 +55,7 @@ def validate(data, where: str = "profile") -> None:
     try:
         int(data["world_size"])
         str(data["model"]["fingerprint"])
+        dict(data["model"]["config"])
         int(data["model"]["seq_len"])
         str(data["precision"])
         for rec in data["layers"]:

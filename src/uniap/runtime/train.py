@@ -69,14 +69,10 @@ def make_optimizer(params, lr: float, kind: str = "sgd") -> torch.optim.Optimize
     raise UniapError(f"unknown optimizer {kind!r} (choose from {', '.join(OPTIMIZERS)})")
 
 
-def arch_id(shape: RunShape) -> str:
-    return architecture_id(shape.config, shape.seq_len)
-
-
 def check_resumable(path, shape: RunShape, optimizer: str) -> None:
     """Refuse a checkpoint of another model (architecture or sequence length) or optimizer."""
     meta = ckpt.read_meta(path)
-    if meta.get("arch") != arch_id(shape):
+    if meta.get("arch") != architecture_id(shape.config, shape.seq_len):
         raise UniapError(f"checkpoint {path} was written for model {meta.get('model')!r} (another architecture "
                          f"or sequence length) and cannot be resumed with a plan for {shape.config.name!r}")
     if meta.get("optimizer", optimizer) != optimizer:
@@ -196,7 +192,7 @@ def train_job(job: TrainingJob, ctx: Context, after_step: Callable[[int], None] 
         step_times.append(float(slowest.item()))
         if ck_every and (step + 1) % ck_every == 0:
             ckpt.save(ck_dir, step + 1, built.module, optimizer,
-                      {"model": shape.config.name, "arch": arch_id(shape), "seed": seed, "lr": lr, "data": data,
+                      {"model": shape.config.name, "arch": architecture_id(shape.config, shape.seq_len), "seed": seed, "lr": lr, "data": data,
                        "optimizer": opt_kind,
                        "plan_pipeline": shape.plan.pipeline.to_json()})
         if after_step is not None:

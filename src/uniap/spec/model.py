@@ -193,9 +193,24 @@ class ModelSpec:
         return sum(layer.flops for layer in self.layers)
 
 
-def architecture_id(config: ModelConfig, seq_len: int) -> str:
-    """Hash of the architecture (name excluded) and the sequence length: what a profile's layer figures and a
-    checkpoint's tensors depend on."""
+FIRST_CONFIG_FIELDS = frozenset((
+    "family", "layers", "hidden", "heads", "ffn", "vocab", "kv_heads", "max_seq", "decoder_layers", "gated_mlp",
+    "tied_embeddings", "norm", "bias", "learned_positions", "image_size", "patch_size", "channels", "num_classes",
+    "depths", "window", "type_vocab", "kv_channels"))
+"""The ModelConfig fields the first plans hashed. Fields added since (the decoder families' options) enter the hash
+only where they differ from what these imply, so an id written before they existed keeps its value."""
+
+
+def architecture_id(config: ModelConfig, seq_len: int, world_size: int | None = None) -> str:
+    """The one fingerprint: a short hash of the architecture (name excluded) and the sequence length, what a
+    profile's layer figures and a checkpoint's tensors depend on; with `world_size`, what a plan depends on.
+    A field added to ModelConfig leaves every id as it was where the field keeps the value the others imply."""
     from uniap.jsonfile import digest
 
-    return digest({"arch": {k: v for k, v in asdict(config).items() if k != "name"}, "seq_len": int(seq_len)})
+    implied = asdict(ModelConfig(name=config.name, **{k: getattr(config, k) for k in FIRST_CONFIG_FIELDS}))
+    arch = {k: v for k, v in asdict(config).items()
+            if k != "name" and (k in FIRST_CONFIG_FIELDS or v != implied[k])}
+    key = {"arch": arch, "seq_len": int(seq_len)}
+    if world_size is not None:
+        key["world"] = int(world_size)
+    return digest(key)
