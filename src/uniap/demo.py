@@ -197,7 +197,7 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
 
     say = say or (lambda text: None)
     nproc = default_nproc() if nproc is None else int(nproc)
-    _check_inputs(nproc, steps, rounds, config, seq_len)
+    _check_inputs(nproc, steps, rounds, config, seq_len, time_limit)
     chunks = passes_before_rounds(passes, rounds) if profile_path is None else [0] * rounds
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -340,11 +340,14 @@ def score_intervals(result: dict, out_dir: str | Path) -> dict:
     return result
 
 
-def _check_inputs(nproc: int, steps: int, rounds: int, config: ModelConfig, seq_len: int) -> None:
+def _check_inputs(nproc: int, steps: int, rounds: int, config: ModelConfig, seq_len: int,
+                  time_limit: float | None) -> None:
     """One line, before anything is spawned, for counts out of range or a model the runtime cannot train."""
     from uniap.models.decoder import check_supported
+    from uniap.planner import check_time_limit
 
     check_supported(config)
+    check_time_limit(time_limit)
     if config.learned_positions and seq_len > config.max_seq:
         raise UniapError(f"--seq-len {seq_len} exceeds {config.name}'s {config.max_seq} learned positions")
     if nproc < 1:

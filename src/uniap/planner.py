@@ -139,8 +139,7 @@ def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, s
         raise UniapError(f"the {schedule} schedule is not searched yet (its time is priced by simulation, which the "
                          f"MILP does not encode): price a layout with `uniap estimate --schedule {schedule}`, "
                          f"or search interleaved-1f1b")
-    if time_limit is not None and not time_limit > 0:
-        raise UniapError(f"the time limit must be a positive number of seconds, got {time_limit}")
+    check_time_limit(time_limit)
     schedules = ("1f1b", INTERLEAVED) if schedule == INTERLEAVED else (schedule,)
     if schedule == INTERLEAVED and solver == "scip":
         raise UniapError("the SCIP back-end solves plain pipelines only; search interleaving with highs or gurobi")
@@ -166,6 +165,13 @@ def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, s
                     "gap": float(result.gap), "candidates": len(cands), "unbounded": result.unbounded}
     return make_plan(model, cluster, workload, schedule_of(result.best, schedules), micro_batches, strategies,
                      sol.stage_of, sol.strategy_of, predicted, search_facts, virtual_stages=virtual)
+
+
+def check_time_limit(time_limit: float | None) -> None:
+    """Refuse a search time limit that is not positive (None: no limit), in one line; the commands that search
+    after other work (`compare`, `demo`) call it first."""
+    if time_limit is not None and not time_limit > 0:
+        raise UniapError(f"the time limit must be a positive number of seconds, got {time_limit}")
 
 
 def _no_plan_message(cands, build, cluster: ClusterSpec) -> str:

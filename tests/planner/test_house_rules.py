@@ -41,11 +41,15 @@ def test_uniform_split_keeps_megatrons_split_when_layers_divide():
 
 
 @pytest.mark.parametrize("limit", ["-1", "0"])
-def test_plan_refuses_a_time_limit_that_is_not_positive(limit):
-    done = subprocess.run([str(UNIAP), "plan", "-m", "tiny-gpt", "-c", "cpu:1x4", "-b", "8", "--time-limit", limit],
-                          capture_output=True, text=True)
+@pytest.mark.parametrize("command", ["plan -m tiny-gpt -c cpu:1x4 -b 8", "compare -m tiny-gpt -c cpu:1x4 -b 8",
+                                     "demo --out-dir {tmp}/demo"])
+def test_a_time_limit_that_is_not_positive_is_refused_first(limit, command, tmp_path):
+    """`compare` and `demo` search after other work (the baselines, the profile): they refuse it before any."""
+    args = command.format(tmp=tmp_path).split() + ["--time-limit", limit]
+    done = subprocess.run([str(UNIAP), *args], capture_output=True, text=True)
     assert done.returncode == 2
     assert done.stderr.strip() == f"uniap: error: the time limit must be a positive number of seconds, got {float(limit)}"
+    assert done.stdout == "" and not (tmp_path / "demo").exists()
 
 
 def test_a_plan_without_its_last_layer_names_what_is_missing(tmp_path):

@@ -52,7 +52,7 @@ def run_uniap(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, sch
               time_limit: float | None, max_tp: int | None = None) -> dict:
     """UniAP's row: `planner.plan_search`, its plan re-costed by `evaluate` like every baseline's."""
     try:
-        from uniap.planner import plan_search
+        from uniap.planner import check_time_limit, plan_search
     except ImportError as exc:
         raise UniapError(f"the UniAP planner is not available ({exc})") from None
     try:
@@ -61,6 +61,7 @@ def run_uniap(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, sch
         SOLVERS = None
     if SOLVERS is not None and solver not in SOLVERS:  # bad input is an error, not a row that "does not fit"
         raise UniapError(f"unknown solver {solver!r} (choose {', '.join(SOLVERS)})")
+    check_time_limit(time_limit)
     start = time.perf_counter()
     plan, error = None, None
     try:
