@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from uniap.commands.options import (ATTENTION_FLAG, BATCH, CLUSTER, FMT, KERNELS_FLAG, MODEL, PREC, SCHED, SEQ, SOLVER,
-                                    AttentionKernel, Fmt, Kernels, Precision, Schedule, emit_json, choices,
+                                    AttentionKernel, Fmt, Kernels, Precision, Schedule, Search, emit_json, choices,
                                     with_engine)
 from uniap.commands.export import EngineName
 from uniap.errors import UniapError
@@ -217,9 +217,9 @@ def plan(
     global_batch: int = BATCH,
     seq_len: Optional[int] = SEQ,
     precision: Optional[Precision] = PREC,
-    schedule: Schedule = typer.Option(Schedule["interleaved-1f1b"], "--schedule", help="Pipeline schedules "
-                                      "searched: interleaved-1f1b (default) searches it together with 1f1b; 1f1b "
-                                      "or gpipe searches that schedule alone; zero-bubble is priced by `estimate`, not searched."),
+    schedule: Search = typer.Option(Search["all"], "--schedule", help="Pipeline schedules searched: all (default) "
+                                    "searches 1f1b, interleaved-1f1b and zero-bubble together; interleaved-1f1b "
+                                    "searches it with 1f1b; zero-bubble, 1f1b or gpipe that schedule alone."),
     max_virtual_stages: int = typer.Option(MAX_VIRTUAL_STAGES, "--max-virtual-stages", help="Most chunks per stage "
                                            "the interleaved search tries."),
     solver: str = SOLVER,

@@ -25,14 +25,13 @@ from uniap.errors import UniapError
 from uniap.estimate import make_plan, predict
 from uniap.export.capability import ANY_SPLIT, EVEN, EngineRules
 from uniap.plans import Plan
-from uniap.planner import MAX_VIRTUAL_STAGES, build_candidate, candidates, plan_search, schedule_of, \
+from uniap.planner import ALL, MAX_VIRTUAL_STAGES, build_candidate, candidates, plan_search, searched_schedules, \
     stage_strategies
 from uniap.program import StageProgram
 from uniap.solve.program import evaluate_many, lower_bound
 from uniap.solve.uop import search
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import LayerSpec, ModelSpec
-from uniap.schedules import INTERLEAVED
 from uniap.spec.workload import Workload
 from uniap.strategies import Strategy
 
@@ -107,7 +106,9 @@ def pinned(program: StageProgram, row: np.ndarray) -> tuple[StageProgram, np.nda
     grid = np.ix_(np.arange(program.layers - 1), columns, columns)
     return replace(program, A=program.A[:, columns], G=program.G[:, columns], Ms=program.Ms[:, columns],
                    Ma=program.Ma[:, columns], R=program.R[grid], Rp=program.Rp[grid],
-                   allowed=allowed & np.asarray(program.allowed)[:, columns]), columns
+                   allowed=allowed & np.asarray(program.allowed)[:, columns],
+                   weight_gradient=None if program.weight_gradient is None else program.weight_gradient[:, columns]
+                   ), columns
 
 
 def split_bounds(program: StageProgram, stage_of: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -124,7 +125,7 @@ def split_bounds(program: StageProgram, stage_of: np.ndarray, rows: np.ndarray) 
 
 
 def engine_plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, rules: EngineRules, *,
-                       schedule: str = INTERLEAVED, solver: str = "highs", time_limit: float | None = None,
+                       schedule: str = ALL, solver: str = "highs", time_limit: float | None = None,
                        max_tp: int | None = None, workers: int | None = None,
                        max_virtual_stages: int = MAX_VIRTUAL_STAGES) -> EngineSearch:
     """The engine-restricted optimum and the free optimum (both searched over the same schedules)."""
@@ -138,14 +139,13 @@ def engine_plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
     free = plan_search(model, cluster, workload, schedule=schedule, solver=solver, time_limit=time_limit,
                        max_tp=max_tp, workers=workers, max_virtual_stages=max_virtual_stages)
     started = time.perf_counter()
-    schedules = ("1f1b", INTERLEAVED) if schedule == INTERLEAVED else (schedule,)
     pipelines = rules.pipeline_why_not is None or rules.pipeline_why_not(model.config) is None
-    cands = [cand for cand in candidates(model, cluster, workload, schedules, max_virtual_stages)
-             if cand[0] == 1 or (pipelines and schedule_of(cand, schedules) in rules.pipeline_schedules)]
+    cands = [cand for cand in candidates(model, cluster, workload, searched_schedules(schedule), max_virtual_stages)
+             if cand.stages == 1 or (pipelines and cand.schedule in rules.pipeline_schedules)]
 
     @lru_cache(maxsize=4)  # programs are megabytes each: rebuilt rather than all held (as the planner does)
     def tables(cand):
-        program = build_candidate(cand, model, cluster, workload, schedules, max_tp)
+        program = build_candidate(cand, model, cluster, workload, max_tp)
         if program is None:
             return None
         strategies = stage_strategies(model, cluster, workload, cand, max_tp)
@@ -199,6 +199,6 @@ def engine_plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
              "optimal": optimal, "gap": gap, "candidates": len(cands), "engine": rules.name,
              "free_iteration_time_s": free.predicted["iteration_time_s"],
              "slowdown": predicted["iteration_time_s"] / free.predicted["iteration_time_s"] - 1.0}
-    plan = make_plan(model, cluster, workload, schedule_of(cand, schedules), cand[1], strategies, stage_of,
-                     strategy_of, predicted, facts, virtual_stages=cand[2])
+    plan = make_plan(model, cluster, workload, cand.schedule, cand.micro_batches, strategies, stage_of,
+                     strategy_of, predicted, facts, virtual_stages=cand.virtual_stages)
     return EngineSearch(plan=plan, free=free)

@@ -1,8 +1,8 @@
 """`uniap plan`: the unified optimisation process (UOP) over pipeline configurations.
 
 For every pipeline degree P (a divisor of the device count, at most the number of layers), micro-batch
-count c (a divisor of the global batch) and — for the interleaved 1F1B schedule — number of virtual stages v
-(every v ≥ 2 up to `max_virtual_stages` that leaves a layer per chunk, with c a multiple of P), build the cost
+count c (a divisor of the global batch), schedule and — for the interleaved schedules — number of virtual stages
+v (every v up to `max_virtual_stages` that leaves a layer per chunk, with c a multiple of P), build the cost
 tables and let the MIQP choose stage placement and every layer's strategy together; keep the configuration
 with the least time per iteration. Candidates whose lower bound cannot beat the incumbent are skipped
 (solve.uop).
@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import time
 from functools import partial
+from typing import NamedTuple
 
 import numpy as np
 
@@ -25,68 +26,95 @@ from uniap.solve.reduce import undominated
 from uniap.solve.uop import search
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import ModelSpec
-from uniap.schedules import INTERLEAVED, schedule_named
+from uniap.schedules import INTERLEAVED, ZERO_BUBBLE, schedule_named
 from uniap.spec.workload import Workload
 from uniap.strategies import Strategy, context_degrees, divisors, enumerate_strategies
 
 GB = 1e9
 MAX_VIRTUAL_STAGES = 8
 """Default most chunks per device group the search tries (Megatron-LM's published runs use 2–6)."""
-PLAIN = ("gpipe", "1f1b")
+ALL = "all"
+"""The default search: 1F1B, interleaved 1F1B and zero bubble together."""
+SEARCHES = {ALL: ("1f1b", INTERLEAVED, ZERO_BUBBLE.name), INTERLEAVED: ("1f1b", INTERLEAVED),
+            ZERO_BUBBLE.name: (ZERO_BUBBLE.name,), "1f1b": ("1f1b",), "gpipe": ("gpipe",)}
+"""What `plan --schedule` searches: each name → the schedules whose candidates it solves."""
+
+
+class Candidate(NamedTuple):
+    """One pipeline configuration of the search: its own program, solved on its own."""
+
+    stages: int
+    """P: pipeline stages (device groups)."""
+    micro_batches: int
+    """c: micro-batches per iteration."""
+    virtual_stages: int
+    """v: chunks per stage (1 but for the interleaved schedules)."""
+    schedule: str
+    """The pipeline schedule it runs (`uniap.schedules`)."""
+
+
+def searched_schedules(search: str) -> tuple[str, ...]:
+    """The schedules `plan --schedule <search>` solves candidates of (`SEARCHES`); UniapError naming the choices."""
+    if search not in SEARCHES:
+        raise UniapError(f"unknown schedule search {search!r} (choose {', '.join(SEARCHES)})")
+    return SEARCHES[search]
 
 
 def candidates(model: ModelSpec, cluster: ClusterSpec, workload: Workload, schedules: tuple[str, ...] = ("1f1b",),
-               max_virtual_stages: int = MAX_VIRTUAL_STAGES) -> list[tuple[int, int, int]]:
-    """(P, c, v): P divides the devices and is at most the layer count; c divides the global batch; v = 1 for
-    a plain schedule, and 2..max_virtual_stages with P·v ≤ layers, P ≥ 2 and c a multiple of P for interleaving."""
+               max_virtual_stages: int = MAX_VIRTUAL_STAGES) -> list[Candidate]:
+    """Every (P, c, v, schedule) of `schedules`: P divides the devices and is at most the layer count; c divides
+    the global batch; a plain schedule (GPipe or 1F1B) takes v = 1 and any P; an interleaved one (interleaved
+    1F1B: v ≥ 2; zero bubble: v ≥ 1) needs P ≥ 2, c a multiple of P and P·v ≤ layers. One stage is searched once,
+    as the plain schedule (or as 1F1B where only an interleaved one is asked for: every schedule is the same
+    there)."""
     layers = len(model.layers)
     stages = [p for p in divisors(cluster.devices) if p <= layers]
+    plain = next((s for s in schedules if not schedule_named(s).interleaved), None)
     out = []
     for p in stages:
         for c in divisors(workload.global_batch):
-            out.append((p, c, 1))  # the plain schedule, always searched
-            if INTERLEAVED in schedules and p >= 2 and c % p == 0:
-                out += [(p, c, v) for v in range(2, max_virtual_stages + 1) if p * v <= layers]
+            if plain is not None or p == 1:
+                out.append(Candidate(p, c, 1, plain or "1f1b"))
+            if p < 2 or c % p:
+                continue
+            for name in schedules:
+                first = 2 if name == INTERLEAVED else 1
+                if schedule_named(name).interleaved:
+                    out += [Candidate(p, c, v, name) for v in range(first, max_virtual_stages + 1) if p * v <= layers]
     return out
 
 
-def schedule_of(candidate: tuple[int, int, int], schedules: tuple[str, ...]) -> str:
-    """The schedule a candidate runs: interleaved with v > 1, else the plain one asked for."""
-    return INTERLEAVED if candidate[2] > 1 else next(s for s in schedules if s in PLAIN)
-
-
-def build_candidate(candidate: tuple[int, int, int], model: ModelSpec, cluster: ClusterSpec, workload: Workload,
-                    schedules: tuple[str, ...], max_tp: int | None, cache: dict | None = None,
-                    max_cp: int | None = None) -> StageProgram | None:
+def build_candidate(candidate: Candidate, model: ModelSpec, cluster: ClusterSpec, workload: Workload,
+                    max_tp: int | None, cache: dict | None = None, max_cp: int | None = None) -> StageProgram | None:
     """Tables of one (P, c, v), or None when no strategy can split its micro-batch. `cache`, a dict the caller
     keeps, holds every (P, c)'s strategies and their per-signature costs (kilobytes each: a candidate solved
     after its bound was taken is not priced again) and the tables the last (P, c) priced (megabytes; `candidates`
     lists the v's of one (P, c) in a row)."""
-    stages, micro_batches, virtual = candidate
+    stages, micro_batches, virtual, schedule = candidate
     columns = None if cache is None else cache.setdefault("strategies", {})
-    if columns is not None and (stages, micro_batches) in columns:
-        strategies, rows = columns[stages, micro_batches]
+    key = (stages, micro_batches, schedule_named(schedule).split_backward)
+    if columns is not None and key in columns:
+        strategies, rows = columns[key]
     else:
         strategies, rows = stage_columns(model, cluster, workload, candidate, max_tp, max_cp)
         if columns is not None:
-            columns[stages, micro_batches] = (strategies, rows)
+            columns[key] = (strategies, rows)
     if not strategies:
         return None
-    program = build_program(model, cluster, workload, stages, micro_batches, strategies,
-                            schedule_of(candidate, schedules), virtual,
+    program = build_program(model, cluster, workload, stages, micro_batches, strategies, schedule, virtual,
                             None if cache is None else cache.setdefault("tables", {}), rows=rows)
     if not program.allowed.any(axis=1).all():
         return None
     return program
 
 
-def stage_strategies(model: ModelSpec, cluster: ClusterSpec, workload: Workload, candidate: tuple[int, int, int],
+def stage_strategies(model: ModelSpec, cluster: ClusterSpec, workload: Workload, candidate: Candidate,
                      max_tp: int | None, max_cp: int | None = None) -> list[Strategy]:
     """The strategies of a stage of N/P devices the search keeps (`stage_columns`)."""
     return stage_columns(model, cluster, workload, candidate, max_tp, max_cp)[0]
 
 
-def stage_columns(model: ModelSpec, cluster: ClusterSpec, workload: Workload, candidate: tuple[int, int, int],
+def stage_columns(model: ModelSpec, cluster: ClusterSpec, workload: Workload, candidate: Candidate,
                   max_tp: int | None, max_cp: int | None = None) -> tuple[list[Strategy], tuple | None]:
     """The strategies of a stage of N/P devices that at least one layer can take and that no other strategy of
     the same layout beats on every layer (fewer columns to solve), and their `cost.tables.signature_costs`
@@ -94,7 +122,8 @@ def stage_columns(model: ModelSpec, cluster: ClusterSpec, workload: Workload, ca
 
     Beaten: another strategy whose activation layout is the same (so every resharding and send costs the same)
     is allowed wherever this one is and no worse in A, G, Ms and Ma on every distinct layer; any plan using
-    this one is then matched by swapping it out. With a measured cost source the tables are adjusted after
+    this one is then matched by swapping it out. A schedule that splits the backward takes ZeRO-0 strategies only
+    (cost.tables.split_backward_sync), priced as it runs them. With a measured cost source the tables are adjusted after
     pricing (cost.source), so only the first filter applies, to the strategies the source holds
     (`CostSource.holds`). cp degrees: `context_degrees` of the sequence, up to `max_cp`."""
     stages, micro_batches = candidate[:2]
@@ -102,6 +131,9 @@ def stage_columns(model: ModelSpec, cluster: ClusterSpec, workload: Workload, ca
     strategies = enumerate_strategies(d, max_tp=max_tp, experts=model.config.experts,
                                       context=tuple(cp for cp in context_degrees(d, workload.seq_len)
                                                     if max_cp is None or cp <= max_cp))
+    split = schedule_named(candidate.schedule).split_backward
+    if split:
+        strategies = [s for s in strategies if s.zero == 0]
     if cluster.costs is not None:
         micro = workload.global_batch // micro_batches
         distinct = list({layer.signature or layer.name: layer for layer in model.layers}.values())
@@ -125,24 +157,21 @@ def stage_columns(model: ModelSpec, cluster: ClusterSpec, workload: Workload, ca
     return [usable[k] for k in kept], (index, costs[:, kept], good[:, kept])
 
 
-def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, schedule: str = INTERLEAVED,
+def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, schedule: str = ALL,
                 solver: str = "highs", time_limit: float | None = None, max_tp: int | None = None,
                 workers: int | None = None, progress=None, max_virtual_stages: int = MAX_VIRTUAL_STAGES,
                 max_cp: int | None = None) -> Plan:
     """The best plan over all pipeline configurations, with the search facts the plan contract carries.
 
-    `schedule` "interleaved-1f1b" (the default) searches 1F1B and interleaved 1F1B (v = 2..max_virtual_stages;
-    none when that is 1) together; "1f1b" and "gpipe" search that schedule alone. Interleaved programs are bounded and
-    solved by device group first (solve.group_bound, solve.group_relaxation): llama2-70b's default search takes
-    about twice its 1F1B search, GPT-1T's less than its 1F1B search (the interleaved winner cuts the rest off)."""
-    if schedule_named(schedule).split_backward:
-        raise UniapError(f"the {schedule} schedule is not searched yet (its time is priced by simulation, which the "
-                         f"MILP does not encode): price a layout with `uniap estimate --schedule {schedule}`, "
-                         f"or search interleaved-1f1b")
+    `schedule` names a search (`SEARCHES`): "all" (the default) searches 1F1B, interleaved 1F1B (v =
+    2..max_virtual_stages) and zero bubble (v = 1..max_virtual_stages) together; "interleaved-1f1b" the first
+    two; "zero-bubble", "1f1b" and "gpipe" that schedule alone. Interleaved 1F1B programs are bounded and solved
+    by device group first (solve.group_bound, solve.group_relaxation); zero-bubble ones by their chunk MILP."""
     check_time_limit(time_limit)
-    schedules = ("1f1b", INTERLEAVED) if schedule == INTERLEAVED else (schedule,)
-    if schedule == INTERLEAVED and solver == "scip":
-        raise UniapError("the SCIP back-end solves plain pipelines only; search interleaving with highs or gurobi")
+    schedules = searched_schedules(schedule)
+    if solver == "scip" and any(schedule_named(s).interleaved for s in schedules):
+        raise UniapError("the SCIP back-end solves plain pipelines only; search interleaving and zero bubble with "
+                         "highs or gurobi (or --schedule 1f1b)")
     if max_tp is not None and max_tp < 1:
         raise UniapError(f"--max-tp must be >= 1, got {max_tp}")
     if max_cp is not None and max_cp < 1:
@@ -151,20 +180,20 @@ def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, s
         raise UniapError(f"--max-virtual-stages must be >= 1, got {max_virtual_stages}")
     started = time.perf_counter()
     cands = candidates(model, cluster, workload, schedules, max_virtual_stages)
-    build = partial(build_candidate, model=model, cluster=cluster, workload=workload, schedules=schedules,
-                    max_tp=max_tp, cache={}, max_cp=max_cp)
+    build = partial(build_candidate, model=model, cluster=cluster, workload=workload, max_tp=max_tp, cache={},
+                    max_cp=max_cp)
     result = search(cands, build, solver=solver, time_limit=time_limit, workers=workers, progress=progress)
     if result.solution is None:
         raise UniapError(_no_plan_message(cands, build, cluster))
-    stages, micro_batches, virtual = result.best
-    program = build(result.best)
-    strategies = stage_strategies(model, cluster, workload, result.best, max_tp, max_cp)
+    best = result.best
+    program = build(best)
+    strategies = stage_strategies(model, cluster, workload, best, max_tp, max_cp)
     sol = result.solution
     predicted = predict(model, cluster, workload, program, sol.stage_of, sol.strategy_of)
     search_facts = {"solver": solver, "time_s": time.perf_counter() - started, "optimal": bool(result.optimal),
                     "gap": float(result.gap), "candidates": len(cands), "unbounded": result.unbounded}
-    return make_plan(model, cluster, workload, schedule_of(result.best, schedules), micro_batches, strategies,
-                     sol.stage_of, sol.strategy_of, predicted, search_facts, virtual_stages=virtual)
+    return make_plan(model, cluster, workload, best.schedule, best.micro_batches, strategies,
+                     sol.stage_of, sol.strategy_of, predicted, search_facts, virtual_stages=best.virtual_stages)
 
 
 def check_time_limit(time_limit: float | None) -> None:
@@ -180,7 +209,7 @@ def _no_plan_message(cands, build, cluster: ClusterSpec) -> str:
     `min_peak_memory` partitions stages, not chunks that share a device group."""
     need = math.inf
     for cand in cands:
-        if cand[2] > 1:
+        if schedule_named(cand.schedule).interleaved:
             continue
         program = build(cand)
         if program is not None:

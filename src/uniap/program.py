@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from uniap.errors import UniapError
+from uniap.schedules import FORWARD_SHARE
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class StageProgram:
     otherwise); `split_schedule` names it."""
     split_schedule: str | None = None
     """The schedule (`uniap.schedules`) that runs the backward as an input pass and a deferred weight pass; the
-    program is then priced by that schedule's event simulation at its largest chunk (`solve.program`)."""
+    program is then priced by `solve.program.split_backward_tpi`."""
 
     @property
     def pipeline_degree(self) -> int:
@@ -115,8 +116,10 @@ class StageProgram:
             raise UniapError("weight_gradient and split_schedule go together")
         if self.weight_gradient is not None:
             w = np.asarray(self.weight_gradient, dtype=float)
-            if w.shape != (L, K) or not _finite_non_negative(w, ok) or np.any(np.where(ok, w > A, False)):
-                raise UniapError(f"weight_gradient must be (layers, strategies) = {(L, K)}, within 0..A")
+            rest = (1 - FORWARD_SHARE) * A * (1 + 1e-12)  # the weight pass is part of the backward
+            if w.shape != (L, K) or not _finite_non_negative(w, ok) or np.any(np.where(ok, w > rest, False)):
+                raise UniapError(f"weight_gradient must be (layers, strategies) = {(L, K)}, within the backward's "
+                                 f"share of A")
 
 
 def distinct_rows(group) -> tuple[np.ndarray, np.ndarray]:

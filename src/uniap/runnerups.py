@@ -35,14 +35,13 @@ def runner_ups(model, cluster, workload, chosen: Plan, intervals, *, schedule: s
     the chosen plan's interval marked as ties; and whether every configuration was solved within `time_limit`
     seconds (False: the list is partial)."""
     from uniap.estimate import make_plan, predict
-    from uniap.planner import INTERLEAVED, build_candidate, candidates, schedule_of, stage_strategies
+    from uniap.planner import build_candidate, candidates, searched_schedules, stage_strategies
     from uniap.solve.uop import search
 
-    schedules = ("1f1b", INTERLEAVED) if schedule == INTERLEAVED else (schedule,)
-    cands = candidates(model, cluster, workload, schedules, max_virtual_stages)
-    build = partial(build_candidate, model=model, cluster=cluster, workload=workload, schedules=schedules,
-                    max_tp=max_tp, cache={}, max_cp=max_cp)
-    mine = (chosen.pipeline.degree, chosen.pipeline.micro_batches, chosen.virtual_stages)
+    cands = candidates(model, cluster, workload, searched_schedules(schedule), max_virtual_stages)
+    build = partial(build_candidate, model=model, cluster=cluster, workload=workload, max_tp=max_tp, cache={},
+                    max_cp=max_cp)
+    mine = (chosen.pipeline.degree, chosen.pipeline.micro_batches, chosen.virtual_stages, chosen.pipeline.schedule)
     point = float(chosen.predicted["iteration_time_s"])
     high = chosen.interval.high_s if chosen.interval is not None else point
     deadline = time.perf_counter() + float(time_limit)
@@ -57,12 +56,11 @@ def runner_ups(model, cluster, workload, chosen: Plan, intervals, *, schedule: s
         result = search([cand], build, solver=solver, time_limit=left, workers=1)
         if result.solution is None:
             continue
-        stages, micro_batches, virtual = cand
         program, sol = build(cand), result.solution
         predicted = predict(model, cluster, workload, program, sol.stage_of, sol.strategy_of)
-        plan = make_plan(model, cluster, workload, schedule_of(cand, schedules), micro_batches,
+        plan = make_plan(model, cluster, workload, cand.schedule, cand.micro_batches,
                          stage_strategies(model, cluster, workload, cand, max_tp, max_cp), sol.stage_of,
-                         sol.strategy_of, predicted, None, virtual_stages=virtual)
+                         sol.strategy_of, predicted, None, virtual_stages=cand.virtual_stages)
         plan = intervals.attach(plan) if intervals is not None else plan
         t = float(predicted["iteration_time_s"])
         found.append(RunnerUp(plan, t / point - 1.0, t <= high))

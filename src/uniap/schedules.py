@@ -11,8 +11,9 @@ A schedule says
 - `torch_class`: the `torch.distributed.pipelining` class the runtime builds;
 - `exports`: the schedule's name in each engine the plan can be exported to (absent: that engine lacks it);
 - `simulate_order` (below): the event simulation of any schedule's order.
-The time per iteration lives with the solver (`solve.program`): a closed form for GPipe, 1F1B and interleaved
-1F1B (which the MILP encodes), the event simulation itself for a schedule that splits the backward.
+The time per iteration lives with the solver (`solve.program`): a closed form for each schedule, which the MILP
+encodes; a schedule that splits the backward states its fill-and-drain term on equal chunks (`bubble_terms`),
+from which `solve.program` bounds it on any chunks.
 
 Adding a schedule is one class here (and its entry in SCHEDULES), plus its tests. This module imports neither
 torch nor the solver.
@@ -49,9 +50,16 @@ class Schedule:
     (`held_patterns`)."""
     split_backward: bool = False
     """Whether the backward runs as an input-gradient part I and a weight-gradient part W."""
+    same_peaks: bool = False
+    """Whether every stage's occupancy peaks are stage 0's (`held_patterns` then walks one stage's order)."""
     exports: dict[str, str] = field(default_factory=dict, hash=False)
     """Engine → the schedule's name there (torchtitan's `pipeline_parallel_schedule`; "megatron" and "deepspeed"
     name the schedule their flags select)."""
+    bubble_terms: tuple[tuple[float, float, float], ...] = ()
+    """A schedule that splits the backward: its fill and drain on equal chunks, as linear pieces (a, b, d) of one
+    chunk's forward F, input pass I and weight pass W. Over equal chunks its `order` then runs c micro-batches in
+    c·v·(F + I + W) + (P − 1)·max(a·F + b·I + d·W) (tests/solve/test_schedules.py holds the event simulation to it).
+    Every piece rises with F and I and falls with W (a, b ≥ 0 ≥ d), which `solve.program`'s bound needs."""
 
     def check(self, stages: int, micro_batches: int, virtual_stages: int) -> None:
         """Raise UniapError when this schedule cannot run the pipeline."""
@@ -65,6 +73,12 @@ class Schedule:
 
     def order(self, stage: int, stages: int, micro_batches: int, virtual_stages: int = 1) -> list[Op]:
         raise NotImplementedError
+
+    def order_arrays(self, stage: int, stages: int, micro_batches: int, virtual_stages: int = 1
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """`order` as two arrays, its kinds (one letter each) and its chunks: what the activation counts read."""
+        ops = self.order(stage, stages, micro_batches, virtual_stages)
+        return np.array([kind for kind, _, _ in ops]), np.array([chunk for _, chunk, _ in ops], dtype=int)
 
     def runs_as(self, stages: int, micro_batches: int) -> "Schedule":
         """The schedule the run actually follows (itself, unless its order degenerates into another's)."""
@@ -174,38 +188,56 @@ class ZeroBubble(Schedule):
     for, and a weight-gradient pass W, which no one waits for and which is deferred to fill the bubbles. After
     (v − 1)·P + (P − 1 − i) warm-up forwards, stage i runs F, I (and, from its (i+1)-th step, the W of its oldest
     pending I) and ends with the pending Ws. A micro-batch's activations stay until its W (torch keeps the
-    graph of the input pass for the weight pass)."""
+    graph of the input pass for the weight pass).
+
+    Every stage's peaks are stage 0's (`same_peaks`): stage i has i fewer warm-up forwards and defers its weight
+    passes i steps longer, and the chunk of the k-th forward or weight pass does not depend on the stage, so after
+    its step k ≥ i it holds what stage 0 holds after its step k − i; before, less."""
+
+    def order_arrays(self, stage: int, stages: int, micro_batches: int, virtual_stages: int = 1
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """`order`'s kinds and chunks without its tuples (a search asks for thousands of stages' orders): after
+        the warm-up, step k runs the forward warm + k (while any are left), the input pass k and, from step i
+        on, the weight pass k − i; then the weight passes left."""
+        P, c, v = stages, micro_batches, virtual_stages
+        per_round = c // max(1, c // P)
+        warm = min((v - 1) * per_round + (P - 1 - stage), c * v)
+        steps = c * v
+        position = (np.arange(steps) // per_round) % v
+        forward, backward = position * P + stage, (v - 1 - position) * P + stage
+        step = np.arange(steps)
+        grid = np.stack([np.where(step < steps - warm, step + warm, -1), step,
+                         np.where(step >= stage, step - stage, -1)], axis=1)  # (steps, F/I/W): which pass
+        kinds = np.tile(np.array(["F", "I", "W"]), steps)
+        which = grid.ravel()
+        ran = which >= 0
+        kinds, which = kinds[ran], which[ran]
+        chunks = np.where(kinds == "F", forward[which], backward[which])
+        tail = np.arange(max(steps - stage, 0), steps)
+        return (np.concatenate([np.full(warm, "F"), kinds, np.full(len(tail), "W")]),
+                np.concatenate([forward[:warm], chunks, backward[tail]]))
 
     def order(self, stage: int, stages: int, micro_batches: int, virtual_stages: int = 1) -> list[Op]:
         P, c, v = stages, micro_batches, virtual_stages
         per_round = c // max(1, c // P)
         warm = min((v - 1) * per_round + (P - 1 - stage), c * v)
         steps = c * v
-
-        def forward_chunk(k: int) -> int:
-            return ((k // per_round) % v) * P + stage
-
-        def backward_chunk(k: int) -> int:
-            return (v - 1 - (k // per_round) % v) * P + stage
-
-        count: dict[tuple[str, int], int] = {}
-
-        def op(kind: str, chunk: int) -> Op:
-            m = count.get((kind, chunk), 0)
-            count[(kind, chunk)] = m + 1
-            return kind, chunk, m
-
-        ops = [op("F", forward_chunk(k)) for k in range(warm)]
-        pending: list[int] = []  # chunks of the I passes whose W has not run, oldest first
-        for k in range(steps):
-            if k < steps - warm:
-                ops.append(op("F", forward_chunk(warm + k)))
-            chunk = backward_chunk(k)
-            ops.append(op("I", chunk))
-            pending.append(chunk)
-            if k >= stage:  # stage i defers its weight passes by i steps
-                ops.append(op("W", pending.pop(0)))
-        return ops + [op("W", chunk) for chunk in pending]
+        # the k-th forward (input pass) runs chunk position (k // per_round) % v (its reverse), micro-batch
+        # (k // (per_round·v))·per_round + k % per_round of it; the weight passes follow the input passes' order
+        k = np.arange(steps)
+        position = (k // per_round) % v
+        micro = ((k // (per_round * v)) * per_round + k % per_round).tolist()
+        forwards = [("F", chunk, m) for chunk, m in zip((position * P + stage).tolist(), micro)]
+        inputs = [("I", chunk, m) for chunk, m in zip(((v - 1 - position) * P + stage).tolist(), micro)]
+        weights = [("W", chunk, m) for _, chunk, m in inputs]
+        ops = forwards[:warm]
+        for step in range(steps):
+            if step < steps - warm:
+                ops.append(forwards[warm + step])
+            ops.append(inputs[step])
+            if step >= stage:  # stage i defers its weight passes by i steps
+                ops.append(weights[step - stage])
+        return ops + weights[max(steps - stage, 0):]
 
 
 GPIPE = GPipe("gpipe", "GPipe", "ScheduleGPipe", exports={"torchtitan": "GPipe"})
@@ -215,7 +247,10 @@ INTERLEAVED_1F1B = Interleaved1F1B("interleaved-1f1b", "interleaved 1F1B", "Sche
                                    interleaved=True,
                                    exports={"torchtitan": "Interleaved1F1B", "megatron": "interleaved-1f1b"})
 ZERO_BUBBLE = ZeroBubble("zero-bubble", "zero bubble (ZB1P)", "ScheduleInterleavedZeroBubble", interleaved=True,
-                         split_backward=True, exports={"torchtitan": "InterleavedZeroBubble"})
+                         split_backward=True, same_peaks=True, exports={"torchtitan": "InterleavedZeroBubble"},
+                         # the drain waits for a forward, for an input pass, or for both less the weight pass
+                         # that the stage upstream runs meanwhile: max(F, I, F + I − W) per stage
+                         bubble_terms=((1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (1.0, 1.0, -1.0)))
 
 SCHEDULES: dict[str, Schedule] = {s.name: s for s in (GPIPE, ONE_F_ONE_B, INTERLEAVED_1F1B, ZERO_BUBBLE)}
 INTERLEAVED = INTERLEAVED_1F1B.name
@@ -243,34 +278,41 @@ def held_until(schedule: Schedule) -> str:
     return "W" if schedule.split_backward else "B"
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=8192)
 def _occupancy(name: str, stages: int, micro_batches: int, virtual_stages: int
                ) -> tuple[tuple[tuple[tuple[int, ...], ...], tuple[int, ...]], ...]:
     """Per stage: (its occupancy vectors that no other one covers, its occupancy when its first backward starts),
     from one pass over its order. Every candidate of a search asks again for its (P, c, v): cached per
     pipeline, not per stage (GPT-1T's search asks for about 150 pipelines of up to 128 stages each)."""
-    return tuple(_stage_occupancy(name, d, stages, micro_batches, virtual_stages) for d in range(stages))
+    if not SCHEDULES[name].same_peaks:
+        return tuple(_stage_occupancy(name, d, stages, micro_batches, virtual_stages) for d in range(stages))
+    peaks = _stage_occupancy(name, 0, stages, micro_batches, virtual_stages)[0]
+    return tuple((peaks, _stage_occupancy(name, d, stages, micro_batches, virtual_stages, peaks=False)[1])
+                 for d in range(stages))
 
 
-def _stage_occupancy(name: str, stage: int, stages: int, micro_batches: int, virtual_stages: int
-                     ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+def _stage_occupancy(name: str, stage: int, stages: int, micro_batches: int, virtual_stages: int,
+                     peaks: bool = True) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
     """`_occupancy` of one stage: its chunks' occupancy after each of its forwards and releases (chunk j counts
     at position j // P). Only peaks can be uncovered: a moment after a forward that the next forward grows is
-    covered by the next moment, and one after a release by the moment before it."""
+    covered by the next moment, and one after a release by the moment before it. `peaks` False: only the
+    moment its first backward starts (and no peaks)."""
     schedule = SCHEDULES[name]
     v = chunks_per_stage(schedule, virtual_stages)
-    release = held_until(schedule)
-    ops = schedule.order(stage, stages, micro_batches, v)
-    warm_up = next((i for i, (kind, _, _) in enumerate(ops) if kind != "F"), len(ops))  # forwards before the rest
-    step = np.array([1 if kind == "F" else -1 if kind == release else 0 for kind, _, _ in ops])
+    kinds, chunks = schedule.order_arrays(stage, stages, micro_batches, v)
+    later = np.flatnonzero(kinds != "F")
+    warm_up = int(later[0]) if len(later) else len(kinds)  # forwards before the rest
+    if not peaks:
+        return (), tuple(np.bincount(chunks[:warm_up] // stages, minlength=v).tolist())
+    step = np.where(kinds == "F", 1, np.where(kinds == held_until(schedule), -1, 0))
     moved = np.flatnonzero(step)
     change = np.zeros((len(moved), v), dtype=int)
-    change[np.arange(len(moved)), np.array([ops[i][1] for i in moved], dtype=int) // stages] = step[moved]
+    change[np.arange(len(moved)), chunks[moved] // stages] = step[moved]
     states = np.cumsum(change, axis=0)
     totals = states.sum(axis=1)
     rises = np.concatenate([[True], totals[1:] > totals[:-1]])
     falls = np.concatenate([totals[1:] < totals[:-1], [True]])
-    moments = np.array(sorted(set(map(tuple, states[rises & falls].tolist()))), dtype=int).reshape(-1, v)
+    moments = np.unique(states[rises & falls], axis=0).reshape(-1, v)
     covered = np.zeros(len(moments), dtype=bool)
     for lo in range(0, len(moments), 256):  # the vectors are distinct: one ≥ another covers it
         block = moments[lo:lo + 256]

@@ -70,9 +70,15 @@ def test_plan_searches_interleaving_unless_the_schedule_restricts_it(cli_json):
 
 
 def test_one_virtual_stage_searches_1f1b_alone(cli_json):
-    plan = cli_json("plan", "--model", "gpt3-1.3b", "--cluster", "a100-40g:2x8", "--global-batch", "64",
-                    "--seq-len", "2048", "--max-tp", "1", "--max-virtual-stages", "1")
-    restricted = cli_json("plan", "--model", "gpt3-1.3b", "--cluster", "a100-40g:2x8", "--global-batch", "64",
-                          "--seq-len", "2048", "--max-tp", "1", "--schedule", "1f1b")
+    """With one chunk per stage the interleaved search is 1F1B's; the default one adds zero bubble's ZB-H1 (v = 1)
+    candidates, one per pipeline of c a multiple of P."""
+    args = ("--model", "gpt3-1.3b", "--cluster", "a100-40g:2x8", "--global-batch", "64", "--seq-len", "2048",
+            "--max-tp", "1")
+    plan = cli_json("plan", *args, "--max-virtual-stages", "1", "--schedule", "interleaved-1f1b")
+    restricted = cli_json("plan", *args, "--schedule", "1f1b")
+    every = cli_json("plan", *args, "--max-virtual-stages", "1")
     assert plan["pipeline"]["virtual_stages"] == 1
     assert plan["search"]["candidates"] == restricted["search"]["candidates"]
+    # P ∈ {2, 4, 8, 16} with c ∈ divisors of 64 that P divides: 6 + 5 + 4 + 3
+    assert every["search"]["candidates"] == restricted["search"]["candidates"] + 18
+    assert every["predicted"]["iteration_time_s"] <= restricted["predicted"]["iteration_time_s"] * (1 + 1e-9)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from random_tables import random_program
 
-from uniap.planner import build_candidate
+from uniap.planner import Candidate, build_candidate
 from uniap.solve.backends import HighsBackend
 from uniap.solve.formulation import scale_of
 from uniap.solve.group_bound import group_bound
@@ -66,8 +66,8 @@ def test_real_tables_between_the_relaxation_and_the_optimum(candidate):
     """llama2-7b on 32 A100s: the bound is at most the proven optimum and about as strong as the coarse
     device-group MILP (it counts the largest chunk exactly, but the gradient sync's max only by ω)."""
     seq = 4096
-    program = build_candidate(candidate, model=load_model("llama2-7b", seq), cluster=load_cluster("a100-80g:4x8"),
-                              workload=Workload(128, seq, "bf16"), schedules=("1f1b", "interleaved-1f1b"), max_tp=None)
+    program = build_candidate(Candidate(*candidate, "interleaved-1f1b"), model=load_model("llama2-7b", seq),
+                              cluster=load_cluster("a100-80g:4x8"), workload=Workload(128, seq, "bf16"), max_tp=None)
     reduced = reduce_program(program, fold=True)
     bound = group_bound(program, reduced)
     optimum = solve(program)

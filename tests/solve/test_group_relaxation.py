@@ -9,7 +9,7 @@ import pytest
 from random_tables import random_program
 
 import uniap.solve.milp as milp
-from uniap.planner import build_candidate
+from uniap.planner import Candidate, build_candidate
 from uniap.solve.backends import HighsBackend
 from uniap.solve.formulation import scale_of
 from uniap.solve.group_relaxation import GroupRelaxation, chain_plan
@@ -115,7 +115,7 @@ def test_solving_by_group_gives_the_chunk_milp_optimum(candidate, attained, monk
     relaxation is attained no chunk MILP runs; with v = 3 it is not: gpt2's head takes 3.4 blocks, so the best
     plan gives it a chunk of its own, which the group's counts do not see."""
     model, cluster, workload = load_model("gpt2", 1024), load_cluster("a100-80g:1x8"), Workload(32, 1024, "bf16")
-    program = build_candidate(candidate, model, cluster, workload, ("1f1b", "interleaved-1f1b"), None)
+    program = build_candidate(Candidate(*candidate, "interleaved-1f1b"), model, cluster, workload, None)
     chunk_milps = []
     original = milp.Formulation
     monkeypatch.setattr(milp, "Formulation", lambda *a: chunk_milps.append(1) or original(*a))

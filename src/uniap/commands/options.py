@@ -22,6 +22,7 @@ def choices(name: str, values) -> type[Enum]:
 Fmt = choices("Fmt", ("table", "json"))
 Precision = choices("Precision", PRECISIONS)
 Schedule = choices("Schedule", SCHEDULES)
+Search = choices("Search", ("all", *SCHEDULES))
 Kernels = choices("Kernels", KERNELS)
 AttentionKernel = choices("AttentionKernel", ATTENTIONS)
 

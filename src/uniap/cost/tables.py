@@ -177,8 +177,11 @@ def disallowed(layer: LayerSpec, s: Strategy, micro_batch: int) -> str | None:
 
 
 def layer_cost(layer: LayerSpec, s: Strategy, micro_batch: int, cluster: ClusterSpec, workload: Workload,
-               links: StageLinks, compute: float | None = None) -> tuple[float, float, float, float]:
-    """(A, G, Ms, Ma) of one layer under one strategy; see the module docstring.
+               links: StageLinks, compute: float | None = None, after_step: bool = False
+               ) -> tuple[float, float, float, float]:
+    """(A, G, Ms, Ma) of one layer under one strategy; see the module docstring. `after_step`: the gradient
+    all-reduce runs after the step, hidden behind nothing (a split backward's weight passes assign the gradients
+    outside autograd's hooks, so `uniap run` reduces them once the schedule is done).
 
     A cluster with a measured cost source (cluster.costs, see cost.source) answers from its measurements
     first; layers and strategies it did not measure fall through to the analytic model. `compute`: the layer's
@@ -224,6 +227,8 @@ def layer_cost(layer: LayerSpec, s: Strategy, micro_batch: int, cluster: Cluster
     window = compute * (backward_share(s.full) if s.zero == 0 else 1.0)
     exposed_sync = overlapped(window, sync, device.overlap_slowdown) - window if sync else 0.0
     once = exposed_sync + optimizer_time(device, shard)
+    if after_step:
+        once += sync - exposed_sync
 
     A = data_parallel_overlap(compute, forward_share(s.full), fwd_micro, bwd_micro, device.overlap_slowdown) \
         + tp_time + expert_time + context_time
@@ -388,7 +393,8 @@ def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, st
     Interleaved 1F1B (`virtual_stages` v > 1): the program cuts the chain into P·v chunks, chunk j on device
     group j mod P; its boundaries all cross device groups (each priced as a stage boundary). Only the chunk
     count and the in-flight counts depend on v, so a caller building the v's of one (P, c) in a row passes a
-    `cache` (a dict it keeps) and the layers are priced once: it holds the last (P, c, strategies) priced. `rows`:
+    `cache` (a dict it keeps) and the layers are priced once: it holds the last (P, c, strategies) priced, and
+    every (P, c)'s split-backward tables. `rows`:
     `signature_costs` of these strategies when the caller already has them."""
     n = cluster.devices
     if stages < 1 or n % stages:
@@ -407,16 +413,25 @@ def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, st
     if cache is None or key not in cache:
         priced = _priced(model, cluster, workload, stages, micro_batches, strategies, rows)
         if cache is not None:
+            split = cache.get("split")
             cache.clear()
             cache[key] = priced
+            if split is not None:
+                cache["split"] = split
     A, G, Ms, Ma, R, Rp, ok = cache[key] if cache is not None else priced
     if cluster.costs is not None:  # what the measured runtime does beyond the per-layer figures
         A, R, schedule = cluster.costs.adjust_tables(cluster, model, workload, strategies, stages, micro_batches,
                                                      schedule, virtual_stages, A, R, ok)
     groups = _group_ids(model.layers)
     ran = schedule_named(schedule)
-    weights = weight_gradient_table(model, cluster, workload, stages, micro_batches, strategies, A, ok) \
-        if ran.split_backward else None
+    weights = None
+    if ran.split_backward:  # per (P, c), whatever v; kept for every (P, c) (kilobytes each)
+        kept = {} if cache is None else cache.setdefault("split", {})
+        if key not in kept:
+            kept[key] = (weight_gradient_shares(model, cluster, workload, micro_batches, strategies, ok),
+                         *split_backward_sync(model, cluster, workload, stages, micro_batches, strategies, G, ok))
+        shares, G, ok = kept[key]
+        weights = np.where(ok, shares * np.asarray(A, dtype=float), 0.0)
     return StageProgram(A=A, G=G, Ms=Ms, Ma=Ma, R=R, Rp=Rp, allowed=ok, stages=stages * virtual_stages,
                         micro_batches=micro_batches,
                         inflight=np.array(ran.inflight(stages, micro_batches, virtual_stages), dtype=float),
@@ -425,24 +440,46 @@ def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, st
                         weight_gradient=weights, split_schedule=ran.name if ran.split_backward else None)
 
 
-def weight_gradient_table(model: ModelSpec, cluster: ClusterSpec, workload: Workload, stages: int,
-                          micro_batches: int, strategies: list[Strategy], A: np.ndarray, ok: np.ndarray) -> np.ndarray:
-    """(L, K) seconds of A that are the weight-gradient pass W (the schedules that split the backward defer it):
-    each layer's share of weight-gradient GEMM time in its analytic compute (`cost.compute.weight_gradient_seconds`
-    over `layer_compute`), times A; a measured A is split by the analytic share."""
+def weight_gradient_shares(model: ModelSpec, cluster: ClusterSpec, workload: Workload, micro_batches: int,
+                           strategies: list[Strategy], ok: np.ndarray) -> np.ndarray:
+    """(L, K) the share of A that is the weight-gradient pass W (the schedules that split the backward defer it):
+    each layer's weight-gradient GEMM time over its analytic compute (`cost.compute.weight_gradient_seconds` over
+    `layer_compute`); a measured A is split by the same share. Priced once per signature."""
     micro = workload.global_batch // micro_batches
-    out = np.zeros(np.shape(A))
-    share: dict[tuple, float] = {}
-    for u, layer in enumerate(model.layers):
-        for k, s in enumerate(strategies):
-            if not ok[u, k]:
-                continue
-            key = (layer.signature or (u,), s.dp, s.tp, s.sp, s.recompute, s.ep, s.etp, s.cp)
-            if key not in share:
-                total = layer_compute(layer, s, micro, cluster, workload)
-                share[key] = weight_gradient_seconds(layer, s, micro, cluster, workload) / total if total > 0 else 0.0
-            out[u, k] = share[key] * A[u, k]
-    return out
+    index, firsts = _signature_rows(model)
+    share = np.zeros((len(firsts), len(strategies)))
+    for r, u in enumerate(firsts):
+        layer = model.layers[u]
+        for k in np.flatnonzero(ok[u]):
+            total = layer_compute(layer, strategies[k], micro, cluster, workload)
+            share[r, k] = weight_gradient_seconds(layer, strategies[k], micro, cluster, workload) / total \
+                if total > 0 else 0.0
+    return share[index]
+
+
+def split_backward_sync(model: ModelSpec, cluster: ClusterSpec, workload: Workload, stages: int, micro_batches: int,
+                        strategies: list[Strategy], G: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(G, allowed) under a schedule that splits the backward, as `uniap run` trains it: ZeRO-0 only (FSDP2 fails
+    under torch's weight pass, runtime.checks), its gradient all-reduce after the step, hidden behind nothing
+    (`layer_cost`'s `after_step`). A measured cost source keeps the G it measured."""
+    ok = ok & np.array([s.zero == 0 for s in strategies])[None, :]
+    if cluster.costs is not None:
+        return G, ok
+    micro = workload.global_batch // micro_batches
+    links = stage_links(cluster, stages, strategies)
+    index, firsts = _signature_rows(model)
+    after = np.zeros((len(firsts), len(strategies)))
+    for r, u in enumerate(firsts):
+        for k in np.flatnonzero(ok[u]):
+            after[r, k] = layer_cost(model.layers[u], strategies[k], micro, cluster, workload, links, after_step=True)[1]
+    return np.where(ok, after[index], np.asarray(G, dtype=float)), ok
+
+
+def _signature_rows(model: ModelSpec) -> tuple[np.ndarray, list[int]]:
+    """(the row of each layer, the first layer of each row): layers of one signature cost alike."""
+    row_of: dict[object, int] = {}
+    index = np.array([row_of.setdefault(layer.signature or (u,), len(row_of)) for u, layer in enumerate(model.layers)])
+    return index, [int(np.argmax(index == r)) for r in range(len(row_of))]
 
 
 def _priced(model: ModelSpec, cluster: ClusterSpec, workload: Workload, stages: int, micro_batches: int,
@@ -475,9 +512,8 @@ def signature_costs(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
     signature share one row of costs (analytic; a measured cost source answers first, as in layer_cost)."""
     micro = workload.global_batch // micro_batches
     links = links or stage_links(cluster, stages, strategies)
-    row_of: dict[object, int] = {}
-    index = np.array([row_of.setdefault(layer.signature or (u,), len(row_of)) for u, layer in enumerate(model.layers)])
-    firsts = [model.layers[int(np.argmax(index == r))] for r in range(len(row_of))]
+    index, first = _signature_rows(model)
+    firsts = [model.layers[u] for u in first]
     costs = np.zeros((len(firsts), len(strategies), 4))
     good = np.zeros((len(firsts), len(strategies)), dtype=bool)
     for r, layer in enumerate(firsts):

@@ -44,9 +44,14 @@ import numpy as np
 
 from uniap.solve.linear import Builder, Expr, LinearModel, Row, minus, named, plus, scaled, term
 from uniap.program import StageProgram
-from uniap.solve.program import SEND_HIDING, interleaved_slots, lower_bound, stage_times
+from uniap.schedules import FORWARD_SHARE, schedule_named
+from uniap.solve.program import (SEND_HIDING, interleaved_slots, lower_bound, split_bubble, split_levels, split_passes,
+                                 split_send_hops, stage_times)
 from uniap.solve.reduce import Reduced, Run
 
+
+PASSES = ("forward", "input", "weight")
+"""The passes of a split backward's chunk, in the order of the `level` and `over` variables."""
 
 BOUNDS = {"n": "layers per stage and strategy, at most what fits in memory",
           "m": "layers per stage, at most what fits in memory",
@@ -101,10 +106,17 @@ class Formulation:
         self.EC = [bld.variables((last_stage, runs[r].classes, runs[r + 1].classes), 0, 1, name=f"EC[run={r}]")
                    for r in range(len(runs) - 1)]
         slowest = max(float(np.min(reduced.A[run.first, run.keep], initial=0.0)) for run in runs)
-        # the bottleneck (≥ the slowest layer); interleaved: the steady state's slot, which excess can undercut
-        self.B = bld.variables(1, slowest / self.scale if program.virtual_stages == 1 else 0.0, name="B")[0]
         self.H = bld.variables(1, name="H")[0]
-        if program.virtual_stages > 1:
+        self.split = program.split_schedule is not None
+        if self.split:  # a split backward (solve.program.split_backward_tpi)
+            self.level = bld.variables(len(PASSES), name="level")  # F̂, Î, Ŵ: the equal-chunk levels
+            self.over = bld.variables((len(PASSES), P), name="over")  # each chunk's F, I, W above its level
+            self.bubble = bld.variables(1, name="bubble")[0]  # the largest fill-and-drain piece at the levels
+            self.send = bld.variables(1, name="send")[0]  # the largest send
+        else:
+            # the bottleneck (≥ the slowest layer); interleaved: the steady state's slot, which excess can undercut
+            self.B = bld.variables(1, slowest / self.scale if program.virtual_stages == 1 else 0.0, name="B")[0]
+        if program.virtual_stages > 1 and not self.split:
             self.slot = bld.variables(program.pipeline_degree, name="slot")  # b_d: group d's slot (solve.program)
             self.excess = bld.variables(P, name="excess")  # each chunk's time beyond its group's slot
             self.send = bld.variables(1, name="send")[0]  # the largest send
@@ -126,6 +138,11 @@ class Formulation:
 
     def _last(self, r: int, i: int, c: int) -> Expr:
         return term(self.l[r][i, c]) if self.l[r] is not None else self._count(r, i, c)
+
+    def _weight_pass(self, i: int) -> Expr:
+        """Chunk i's weight-pass seconds (split backward): its layers' weight passes (resharding has none)."""
+        red, tau = self.reduced, self.scale
+        return plus(*(term(self.n[r][i], red.W[run.first, run.keep] / tau) for r, run in enumerate(red.runs)))
 
     def _stage_terms(self, i: int) -> tuple[Expr, Expr, Expr]:
         """(p_i, o_i, g_i) as expressions over this formulation's variables (o_i empty for the last stage)."""
@@ -175,9 +192,15 @@ class Formulation:
         v = program.virtual_stages
         groups = [range(d, P, program.pipeline_degree) for d in range(program.pipeline_degree)]
         terms = [self._stage_terms(i) for i in range(P)]
-        objective = [term(self.H), *(o for _, o, _ in terms)]
-        if v == 1:
-            objective += [term(self.B, program.micro_batches - 1)] + [p for p, _, _ in terms]
+        c = program.micro_batches
+        objective = [term(self.H)] + ([] if self.split else [o for _, o, _ in terms])
+        if self.split:  # the sends are in the chunks' passes (solve.program.split_passes)
+            objective += [term(self.level, float(c * v)), term(self.over, float(c)),
+                          term(self.bubble, float(program.pipeline_degree - 1)),
+                          term(self.send, float(split_send_hops(program)))]
+            self.add_split_levels_constraint(bld, terms)
+        elif v == 1:
+            objective += [term(self.B, c - 1)] + [p for p, _, _ in terms]
             self.add_bottleneck_constraint(bld, terms)
         else:
             objective += [term(self.B, program.micro_batches * v - 1), term(self.slot),
@@ -289,6 +312,27 @@ class Formulation:
         for i, (_, o, _) in enumerate(terms):
             if len(o[0]):
                 bld.row(plus(o, term(self.send, -1.0)), hi=0, name=named("send", stage=i))
+
+    def add_split_levels_constraint(self, bld: Builder, terms) -> None:
+        """A split backward (solve.program.split_backward_tpi): each chunk's forward, input and weight pass exceed
+        their levels F̂, Î, Ŵ by at most its `over` ("forward_over", "input_over", "weight_over": F = p/3,
+        I = 2p/3 − W), every level is at least the largest send ("forward_level_send", …, "send"), and the bubble is at least
+        each of the schedule's pieces at the levels ("bubble"). At the least objective the levels sit at the
+        formula's, which is then its value."""
+        program = self.program
+        for i, (p, o, _) in enumerate(terms):
+            w = self._weight_pass(i)
+            passes = (scaled(p, FORWARD_SHARE), plus(scaled(p, 1 - FORWARD_SHARE), minus(w)), w)
+            for kind, (name, expr) in enumerate(zip(PASSES, passes)):
+                bld.row(plus(expr, term(self.level[kind], -1.0), term(self.over[kind, i], -1.0)), hi=0,
+                        name=named(f"{name}_over", stage=i))
+            if len(o[0]):
+                bld.row(plus(o, term(self.send, -1.0)), hi=0, name=named("send", stage=i))
+        for kind in range(len(PASSES)):
+            bld.row(plus(term(self.send), term(self.level[kind], -1.0)), hi=0, name=named(f"{PASSES[kind]}_level_send"))
+        for q, piece in enumerate(schedule_named(program.split_schedule).bubble_terms):
+            bld.row(plus(term(self.level, np.asarray(piece, dtype=float)), term(self.bubble, -1.0)), hi=0,
+                    name=named("bubble", piece=q))
 
     def add_one_strategy_constraint(self, bld: Builder) -> None:
         """Interleaved: each device group runs a stretch of identical layers under one strategy, in all of its
@@ -489,6 +533,16 @@ class Formulation:
                 x[self.EC[r][i, c, c2]] = 1.0
         times = stage_times(program, stage_of, strategy_of)
         x[self.H] = times.g.max() / self.scale
+        if self.split:
+            passes = split_passes(times.chunk_p[None, :], times.chunk_w[None, :])
+            send = times.o.max(initial=0.0)
+            level = np.concatenate(split_levels(passes, program.virtual_stages, np.array([send])))
+            x[self.level] = level / self.scale
+            x[self.over] = np.maximum(np.concatenate(passes) - level[:, None], 0.0) / self.scale
+            pieces = schedule_named(program.split_schedule).bubble_terms
+            x[self.bubble] = max(0.0, float(split_bubble(pieces, *level))) / self.scale
+            x[self.send] = send / self.scale
+            return x
         if program.virtual_stages == 1:
             x[self.B] = max(times.bottleneck / self.scale, self.model.lb[self.B])
             return x

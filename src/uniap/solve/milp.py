@@ -30,6 +30,7 @@ from uniap.solve.linear import conflict_line
 from uniap.program import StageProgram
 from uniap.solve.program import Solution, evaluate, lower_bound
 from uniap.solve.reduce import reduce_program
+from uniap.solve.split_bound import split_group_bound
 
 SOLVERS = {"highs": "highspy", "scip": "pyscipopt", "gurobi": "gurobipy"}
 """Back-end name → the module it needs."""
@@ -130,22 +131,22 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
                   phase: str | None = None, known: float | None = None) -> Outcome:
     """`solve`, also saying why no plan came back (the UOP records it). `phase` (interleaved programs) lets the
     UOP solve a candidate in steps, in the order of the bound each step leaves, with the best incumbent: "bound"
-    stops after the group bound (solve.group_bound, exact then) and "relaxation" after the device-group MILPs,
-    each coming back "deferred" with that bound unless it settles the candidate; "chunks" goes straight to the
-    chunk MILP (the device-group MILPs ran and settled nothing). `known`: a lower bound the caller already has
+    stops after the group bound (solve.group_bound, exact then; zero bubble: solve.split_bound) and
+    "relaxation" after the device-group MILPs (zero bubble: its chunk MILP), each coming back "deferred" with
+    that bound unless it settles the candidate; "chunks" goes straight to the chunk MILP (the device-group MILPs
+    ran and settled nothing). `known`: a lower bound the caller already has
     (the UOP's, from bounding the candidate), taken instead of `lower_bound` again."""
     if solver not in SOLVERS:
         raise UniapError(f"unknown solver '{solver}' (choose from {', '.join(SOLVERS)})")
     if importlib.util.find_spec(SOLVERS[solver]) is None:
         raise UniapError(f"solver '{solver}' needs the Python package {SOLVERS[solver]}, which is not installed")
     program.validate()
-    if program.split_schedule is not None:
-        raise UniapError(f"the {program.split_schedule} schedule is priced (`uniap estimate`), not searched by the MILP")
     started = time.perf_counter()
     deadline = None if time_limit is None else started + float(time_limit)
     bound = lower_bound(program) if known is None else known
     folded = functools.cache(lambda: reduce_program(program, fold=True))
-    if cutoff is not None and bound < cutoff and program.stages > 1:
+    grouped = program.split_schedule is None  # partition and group bounds: the (interleaved) 1F1B formulas only
+    if cutoff is not None and bound < cutoff and program.stages > 1 and grouped:
         # A stronger bound before the MILP. One stage has no min-max term for it to tighten: there the MILP itself
         # is faster. Plain pipelines: integral stage contents (~0.1-0.5 s); interleaved ones: integral group
         # contents (~0.05 s; group_bound), then their device-group MILPs (_by_group).
@@ -161,12 +162,21 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
                     return Outcome(Solution(stage_of=plan[0], strategy_of=plan[1], objective=value, optimal=True,
                                             gap=0.0, time_s=time.perf_counter() - started, solver=solver), "optimal")
                 return Outcome(None, "deferred", bound, "bound")
+    if not grouped and program.pipeline_degree > 1 and (cutoff is None or bound < cutoff):
+        # zero bubble: the busiest device group's work, by its contents (~0.02 s), before the chunk MILP; in
+        # the "bound" phase the candidate then waits in the queue with it
+        by_contents = split_group_bound(program, bound, cutoff)
+        bound = bound if by_contents is None else max(bound, by_contents)
+        if phase == "bound" and by_contents is not None and (cutoff is None or bound < cutoff) \
+                and bound < math.inf:
+            return Outcome(None, "deferred", bound, "bound")
     if bound == math.inf:
         return Outcome(None, "infeasible")
     if cutoff is not None and bound >= cutoff:
         return Outcome(None, "cutoff")
-    if solver == "scip" and program.virtual_stages > 1:
-        raise UniapError("the SCIP back-end solves plain pipelines only; interleaved programs need highs or gurobi")
+    if solver == "scip" and (program.virtual_stages > 1 or not grouped):
+        raise UniapError("the SCIP back-end solves plain pipelines only; interleaved and zero-bubble programs need "
+                         "highs or gurobi")
     if solver == "scip":
         status, plan, best_bound = _scip(program, deadline, cutoff, mip_gap)
     else:
@@ -202,7 +212,7 @@ def _linear(program, reduced, backend_cls, deadline, cutoff, mip_gap, phase=None
         return "infeasible", None, math.inf
     formulation = functools.cache(lambda: Formulation(program, reduced))  # built only once it is needed
     best, best_value, bound, start = None, math.inf, -math.inf, None
-    if program.virtual_stages > 1 and phase != "chunks":
+    if program.virtual_stages > 1 and phase != "chunks" and program.split_schedule is None:
         status, bound, arranged = _by_group(program, reduced, formulation, backend_cls, deadline, cutoff)
         if status != "optimal" or arranged is not None:
             return status, arranged, bound

@@ -37,7 +37,7 @@ import numpy as np
 
 from uniap.errors import UniapError
 from uniap.program import StageProgram, distinct_edges, distinct_rows
-from uniap.schedules import FORWARD_SHARE, schedule_named, simulate_order
+from uniap.schedules import FORWARD_SHARE, schedule_named
 
 MEMORY_RTOL = 1e-6
 """Relative slack on the memory capacity in `evaluate`: the MILP states memory rows exactly, but a MILP solver
@@ -177,19 +177,62 @@ def _tpi(program: StageProgram, p: np.ndarray, o: np.ndarray, w: np.ndarray | No
 
 
 def split_backward_tpi(program: StageProgram, p: np.ndarray, o: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """(N,) TPI without the gradient sync of a schedule that splits the backward (zero bubble): the event
-    simulation of its operation order over the plan's own chunks (forward a third of a chunk, the weight pass its
-    share of the rest, half a send each way), which is what the report's timeline draws. It is not a closed form,
-    so the MILP cannot search it; `estimate` and the report price plans with it, at P·c·v·3 operations a plan."""
+    """(N,) TPI without the gradient sync of a schedule that splits the backward (zero bubble), from per-chunk
+    times p (N, S), sends o (N, S − 1) and weight passes w (N, S):
+
+        Σ_x c·(v·x̂ + Σ_j (x_j − x̂)⁺)  over the passes x = F, I, W  +  (P − 1)·max_pieces(F̂, Î, Ŵ)  +  κ·ô
+
+    with ô the largest send, κ = (S − 1) + 2·(P − 1) (every boundary once, and the fill's and the drain's hops
+    once more), and the levels F̂ = max(F_{v+1}, ô), Î = max(I_{v+1}, ô), Ŵ = max(W_v, ô) (x_k: the k-th longest
+    of the chunks' passes, `split_passes`; pieces: the schedule's `bubble_terms`). Above ô, F̂ + … is c times the
+    v longest forwards, and so on.
+
+    Why it bounds the event simulation of the schedule's order (report.timeline) from above: that simulation is
+    the longest path through the operations, so it rises with every duration and send; a path holds at most c
+    operations of each kind of each chunk, so lowering a chunk's F, I or W by δ lowers it by at most c·δ. So
+    with every send at ô and every pass at most its level, it is at most the equal-chunk time at the levels
+    plus c times each pass's excess over its level. On equal chunks the time is c·v·(F + I + W) + (P − 1)·
+    max_pieces(F, I, W) (`Schedule.bubble_terms`), and sends of ô ≤ min(F, I, W) add at most κ·ô (measured on
+    1,472 random equal-chunk pipelines up to P = 16, v = 8: at most κ − 1; tests/solve/test_schedules.py).
+    The levels minimise the bound: each level's own terms are least between its v-th and (v+1)-th longest
+    pass, where the bubble, whose slope is below c since c ≥ P, takes the lower F̂, Î and the higher Ŵ. On
+    equal chunks without sends it is exact; on uneven ones about as tight as the interleaved formula
+    (tests/solve/test_schedule_bounds.py)."""
     schedule = schedule_named(program.split_schedule)
-    fwd = p * FORWARD_SHARE
-    bwd = p - fwd
-    out = np.empty(p.shape[0])
-    for n in range(p.shape[0]):
-        ran = simulate_order(schedule, program.pipeline_degree, program.micro_batches, program.virtual_stages,
-                             fwd[n].tolist(), bwd[n].tolist(), w[n].tolist(), o[n].tolist())
-        out[n] = max(r.end for r in ran)
-    return out
+    c, v, P = program.micro_batches, program.virtual_stages, program.pipeline_degree
+    passes = split_passes(p, w)
+    send = o.max(axis=1, initial=0.0)
+    levels = split_levels(passes, v, send)
+    value = sum(c * (v * level + np.maximum(x - level[:, None], 0.0).sum(axis=1)) for x, level in zip(passes, levels))
+    if P == 1:
+        return value
+    return value + (P - 1) * split_bubble(schedule.bubble_terms, *levels) + split_send_hops(program) * send
+
+
+def split_passes(p: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(F, I, W), each (N, S): every chunk's forward (a third of its time, FORWARD_SHARE), its input pass (the
+    rest less the weight pass) and its weight pass."""
+    F = p * FORWARD_SHARE
+    W = np.minimum(w, p - F)
+    return F, p - F - W, W
+
+
+def split_levels(passes, v: int, send: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(F̂, Î, Ŵ), each (N,): the levels `split_backward_tpi` prices the equal-chunk time at."""
+    F, I, W = (-np.sort(-x, axis=1) for x in passes)
+    S = F.shape[1]
+    below = min(v, S - 1)  # the (v+1)-th longest (one stage: every chunk is in the steady state)
+    return np.maximum(F[:, below], send), np.maximum(I[:, below], send), np.maximum(W[:, v - 1], send)
+
+
+def split_bubble(pieces, F, I, W) -> np.ndarray:
+    """The largest of a schedule's fill-and-drain pieces a·F + b·I + d·W (`Schedule.bubble_terms`)."""
+    return np.max([a * F + b * I + d * W for a, b, d in pieces], axis=0)
+
+
+def split_send_hops(program: StageProgram) -> int:
+    """κ of `split_backward_tpi`: the sends a split-backward pipeline waits for, (S − 1) + 2·(P − 1)."""
+    return program.stages - 1 + 2 * (program.pipeline_degree - 1)
 
 
 def _weight_passes(program: StageProgram, stage_of: np.ndarray, strategies: np.ndarray) -> np.ndarray | None:
@@ -311,13 +354,26 @@ def lower_bound(program: StageProgram) -> float:
         return math.inf
     a = row_min(program.A)
     S, v = float(a @ count), program.virtual_stages
-    sends = least_sends(program, np.asarray(program.allowed))
     sync = float(row_min(program.G) @ count) / P
+    memory = Ms + infl.min() * Ma
+    if program.split_schedule is not None:
+        return max(_split_bound(P, program.micro_batches, v, S, float(a.max())) + sync,
+                   _memory_dual_bound(program, memory, cap * P, rows, count))
+    sends = least_sends(program, np.asarray(program.allowed))
     simple = (S + sends) / v + (program.micro_batches - 1 / v) * max(S / P, float(a.max())) + sync
     if v > 1:
         largest = max(float(a.max()), float((np.ceil(count / program.stages) * a).max()))
         simple = max(simple, _slots_bound(P, program.micro_batches, v, S, largest) + sends + sync)
-    return max(simple, _memory_dual_bound(program, Ms + infl.min() * Ma, cap * P, rows, count) + sends / v)
+    return max(simple, _memory_dual_bound(program, memory, cap * P, rows, count) + sends / v)
+
+
+def _split_bound(P: int, c: int, v: int, S: float, largest: float) -> float:
+    """A lower bound on `split_backward_tpi` (without the sync) for chunk times adding up to at least S with a
+    layer of `largest` seconds in one: its steady state is at least c times the v longest chunks, which hold at
+    least S/P and the largest layer, and its bubble at least (P − 1)·F_{v+1} ≥ (P − 1)·FORWARD_SHARE·p_{v+1}.
+    With T the v longest and b the next, S ≤ T + (P − 1)·v·b and T ≥ v·b, so c·T + (P − 1)·FORWARD_SHARE·b is
+    least at equal chunks: c·S/P + (P − 1)·FORWARD_SHARE·S/(P·v)."""
+    return max(c * S / P + (P - 1) * FORWARD_SHARE * S / (P * v), c * largest)
 
 
 SLOT_ROUNDS = 3
@@ -383,7 +439,9 @@ def _memory_dual_bound(program: StageProgram, memory: np.ndarray, total_capacity
     """
     ok = np.asarray(program.allowed)[rows]
     P, c, v = program.pipeline_degree, program.micro_batches, program.virtual_stages
-    W = np.where(ok, np.asarray(program.A, dtype=float)[rows] * (1 / v + (c - 1 / v) / P)
+    # a split backward's TPI is at least c times its v longest chunks (split_backward_tpi): c·Σ p / P
+    share = c / P if program.split_schedule is not None else 1 / v + (c - 1 / v) / P
+    W = np.where(ok, np.asarray(program.A, dtype=float)[rows] * share
                  + np.asarray(program.G, dtype=float)[rows] / P, math.inf)
     M = np.where(ok, memory, 0.0)
     if not math.isfinite(total_capacity) or not np.any(M > 0):

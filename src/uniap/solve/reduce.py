@@ -8,7 +8,8 @@
 * **Layout classes**: strategies of a run whose rows and columns of every adjacent R and Rp are equal (in the real
   cost model: same tp / sequence-parallel layout, whatever zero and recompute are) cost the same at every edge, so
   the MILP counts transitions between classes, not strategies.
-* **Dominance**: within a class, a strategy no better than another in A, G, Ms and Ma is never needed.
+* **Dominance**: within a class, a strategy no better than another in A, G, Ms and Ma is never needed (with a
+  split backward also in its weight pass and its input pass: the time rises with each, solve.program).
 * **One strategy per device group** (interleaved programs only): the layers of a stretch of identical layers that
   one device group holds share one strategy, in all of its chunks. The search space says so, not the cost model
   (`evaluate` prices any plan): a group whose chunks mix strategies makes the slot term depend on how they are
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from uniap.program import StageProgram
+from uniap.schedules import FORWARD_SHARE
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class Reduced:
     R: np.ndarray  # (L−1, K, K) zero where an end is disallowed
     Rp: np.ndarray
     spans: list[tuple[int, int]]  # (first, length) of the stretches of identical layers, folded or not
+    W: np.ndarray | None = None  # (L, K) weight-pass seconds of a split backward, zero where disallowed
 
     def shared(self) -> list[tuple[tuple[int, int], list[int]]]:
         """Stretches of several identical layers with the runs that cover them: under interleaving, a device
@@ -84,7 +87,11 @@ def reduce_program(program: StageProgram, fold: bool) -> Reduced:
     pair_ok = ok[:-1, :, None] & ok[1:, None, :]
     R, Rp = (np.asarray(t, dtype=float) if pair_ok.all() else np.where(pair_ok, np.asarray(t, dtype=float), 0.0)
              for t in (program.R, program.Rp))
-    identical = _spans(ok, (A, G, Ms, Ma), (R, Rp))
+    W = None if program.weight_gradient is None else np.where(ok, np.asarray(program.weight_gradient, dtype=float),
+                                                              0.0)
+    # what a strategy is judged on: with a split backward also its weight and input passes (solve.program)
+    rows = (A, G, Ms, Ma) if W is None else (A, G, Ms, Ma, W, (1 - FORWARD_SHARE) * A - W)
+    identical = _spans(ok, rows, (R, Rp))
     spans = identical if fold else [(u, 1) for u in range(program.layers)]
     runs = []
     for first, length in spans:
@@ -93,12 +100,12 @@ def reduce_program(program: StageProgram, fold: bool) -> Reduced:
             runs.append(Run(first, length, allowed, np.arange(len(allowed)), allowed))
             continue
         cls = _layout_classes(allowed, first, length, ok, R, Rp)
-        keep_mask = undominated(allowed, cls, [t[first] for t in (A, G, Ms, Ma)])
+        keep_mask = undominated(allowed, cls, [t[first] for t in rows])
         keep, cls = allowed[keep_mask], cls[keep_mask]
         reps = np.array([keep[np.flatnonzero(cls == c)[0]] for c in range(cls.max() + 1)], dtype=int) \
             if len(keep) else np.zeros(0, dtype=int)
         runs.append(Run(first, length, keep, cls, reps))
-    return Reduced(runs, A, G, Ms, Ma, R, Rp, identical)
+    return Reduced(runs, A, G, Ms, Ma, R, Rp, identical, W)
 
 
 def one_strategy_groups(program: StageProgram, reduced: Reduced, stage_of: np.ndarray,

@@ -360,9 +360,9 @@ def _left(deadline: float | None) -> float | None:
 
 
 def _is_trial(program: StageProgram, tried: bool) -> bool:
-    """Whether a solve is a plain candidate's first (`tried`: one ran already), cut short at TRIAL_S
-    (interleaved candidates are solved in PHASES instead)."""
-    return program.virtual_stages == 1 and not tried
+    """Whether a solve is a plain or zero-bubble candidate's first MILP (`tried`: one ran already), cut short at
+    TRIAL_S (interleaved 1F1B candidates are solved in PHASES instead)."""
+    return (program.virtual_stages == 1 or program.split_schedule is not None) and not tried
 
 
 def _time_limit(left: float | None, trial: bool) -> float | None:

@@ -1,0 +1,161 @@
+"""A lower bound on a zero-bubble program by its device groups' contents, before any MILP.
+
+A split backward's TPI (solve.program.split_backward_tpi) is at least c times the v longest chunks, so at least
+c times the busiest device group's work, plus the gradient sync of some group: TPI ≥ max_d (c·a_d + g_d), with
+a_d the A of the layers group d holds and g_d their G. For the usual chain (an embedding, a run of identical
+blocks, a head) a group's contents are its end layer (the embedding on group 0, the head on group P − 1) and how
+many blocks it runs under each strategy; so TPI ≤ T is possible only if the groups can hold every block with
+c·a_d + g_d ≤ T and their bytes within the capacity under each of their occupancy patterns (`Group`). With more than one chunk per group a group runs its blocks
+under one strategy (solve.reduce), so the most it holds is read off each strategy; with one, it may mix them,
+and the most is a linear program with two rows (time and memory), whose optimum mixes at most two strategies,
+so it is read off every pair. The least T
+for which the groups hold the chain is found by bisection, and the lower end of the last bracket is returned: it
+is a valid bound. An end layer's edge to the blocks adds its resharding (the two share a chunk) or a send (they do
+not: the formula charges κ·ô, ô at least that send). What it leaves out (the bubble, the other sends and
+resharding, how the groups' work falls into chunks) only adds. On llama2-70b's zero-bubble candidates it is within 0.5 % of the optimum, where the cheap
+`solve.program.lower_bound` is 5 % below it (strategies that do not fit, the head's group).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from uniap.program import StageProgram, distinct_rows
+from uniap.solve.program import MEMORY_RTOL, split_send_hops
+
+PRECISION = 1e-7
+"""The bracket [a valid bound, a reachable T] is halved until it is this narrow, relative to T."""
+
+
+def split_group_bound(program: StageProgram, floor: float, cutoff: float | None = None) -> float | None:
+    """A lower bound on every plan of the split-backward `program` (math.inf if none fits), at least `floor` (a
+    bound already known); None when the chain is not an embedding, one run of identical blocks and a head. With a
+    `cutoff` the answer is capped at it (a program that cannot beat it returns the cutoff). It reads the tables
+    on their distinct rows (the `group` contract), without folding the program."""
+    firsts, lengths = distinct_rows(program.group)
+    if len(firsts) != 3 or lengths[0] != 1 or lengths[2] != 1:
+        return None
+    P, v, c = program.pipeline_degree, program.virtual_stages, program.micro_batches
+    cap = float(program.memory_capacity) * (1 + MEMORY_RTOL)
+    held = _patterns(program)
+    hops = split_send_hops(program)
+    ok = np.asarray(program.allowed)
+    keep = [np.flatnonzero(ok[u]) for u in firsts]
+
+    def rows(r):
+        u, k = firsts[r], keep[r]
+        return (c * np.asarray(program.A)[u, k] + np.asarray(program.G)[u, k], np.asarray(program.Ms)[u, k],
+                np.asarray(program.Ma)[u, k])
+
+    def edge(r):
+        """(K_r, K_r+1) the least an end edge adds: resharding in a chunk, or a send of at most the largest."""
+        u = firsts[r + 1] - 1
+        pick = np.ix_(keep[r], keep[r + 1])
+        return np.minimum(c * np.asarray(program.R)[u][pick], hops * np.asarray(program.Rp)[u][pick])
+
+    block = rows(1)
+    first = (*rows(0), edge(0), 0)  # the embedding, its edge to each block strategy, its chunk's position
+    last = (*rows(2), edge(1).T, v - 1)  # the head, in the group's last chunk
+    groups = [Group([e for e, on in ((first, d == 0), (last, d == P - 1)) if on], held[d], v == 1)
+              for d in range(P)]
+
+    def holds(T: float) -> bool:
+        counts = [group.most_blocks(T, cap, block) for group in groups]
+        return all(n >= group.fewest for n, group in zip(counts, groups)) and sum(counts) >= lengths[1]
+
+    lo = max(floor, 0.0)
+    if lo == math.inf:
+        return lo if cutoff is None else float(cutoff)
+    hi = cutoff if cutoff is not None else max(2 * lo, 1e-9)
+    if cutoff is None:
+        while not holds(hi):
+            hi *= 2
+            if hi > 1e12 * max(lo, 1e-9):
+                return math.inf
+    elif not holds(hi):
+        return float(cutoff)
+    if not holds(lo):
+        while hi - lo > PRECISION * hi:
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if holds(mid) else (mid, hi)
+    return lo if cutoff is None else min(lo, float(cutoff))
+
+
+def _patterns(program: StageProgram) -> np.ndarray:
+    """(P, n, v) micro-batches each chunk of each device group holds at once, per occupancy pattern (the
+    program's `held`, or its in-flight counts as one pattern)."""
+    if program.held is not None:
+        return np.asarray(program.held, dtype=float)
+    P = program.pipeline_degree
+    return np.asarray(program.inflight, dtype=float).reshape(program.virtual_stages, P).T[:, None, :]
+
+
+class Group:
+    """One device group of the bound: its end layers and occupancy patterns.
+
+    Its bytes under a pattern q are Σ_k held[q, k]·(activations of chunk k) + static bytes. With n blocks, each
+    chunk without an end layer holding at least one, the activations are at least those of one block in each
+    such chunk and the rest in the chunk holding the fewest micro-batches: Ma·(H_q + (n − m)·h_q), H_q the
+    held counts of the m chunks without an end layer, h_q the least count. With one chunk (`mix`) the group's
+    blocks may mix strategies, and its peak is the largest count."""
+
+    def __init__(self, ends, patterns: np.ndarray, mix: bool):
+        patterns = patterns[patterns.any(axis=1)]
+        v = patterns.shape[1]
+        free = np.ones(v, dtype=bool)
+        free[[position for *_, position in ends]] = False
+        self.ends, self.mix, self.patterns = ends, mix, patterns
+        self.fewest = int(free.sum())  # each of its v chunks holds a layer
+        self.base = patterns[:, free].sum(axis=1) - self.fewest * patterns.min(axis=1)  # H_q − m·h_q
+        self.least = patterns.min(axis=1)  # h_q
+
+    def most_blocks(self, T: float, cap: float, block) -> float:
+        """The most blocks the group can hold within time T (c·A + G, its end layers and their edges to the
+        blocks included, each under the best strategy for this) and `cap` bytes under every pattern: under one
+        block strategy or (`mix`) the LP over them (the end edges at their least), rounded down."""
+        time, static, active = block
+        best = -math.inf
+        for extra, end_bytes in self._end_choices(len(time)):
+            if self.mix:
+                held = float(self.patterns[:, 0].max())
+                room = cap - float(end_bytes.max())
+                best = max(best, _lp_most(time, static + held * active, T - float(extra.min()), room))
+                continue
+            budget = (T - extra) / np.where(time > 0, time, np.nan)  # (K,)
+            # per pattern q and strategy k: n·(Ms + h_q·Ma) + Ma·(H_q − m·h_q) ≤ cap − end bytes under q
+            room = (cap - end_bytes[:, None] - self.base[:, None] * active[None, :]) \
+                / (static[None, :] + self.least[:, None] * active[None, :])
+            most = np.fmin(np.where(np.isnan(budget), np.inf, budget), room.min(axis=0))
+            most = np.where((extra <= T) & (room.min(axis=0) >= 0), most, -np.inf)
+            best = max(best, float(most.max(initial=-math.inf)))
+        return math.floor(best + 1e-9) if best > -math.inf else -math.inf
+
+    def _end_choices(self, strategies: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(time per block strategy, bytes per pattern) of every combination of strategies of the end layers,
+        each with its edge to the blocks (no end layer: zeros)."""
+        out = [(np.zeros(strategies), np.zeros(len(self.patterns)))]
+        for time, static, active, edge, position in self.ends:
+            held = self.patterns[:, position]
+            out = [(t + time[e] + edge[e], m + static[e] + held * active[e]) for t, m in out for e in range(len(time))]
+        return out
+
+
+def _lp_most(time: np.ndarray, memory: np.ndarray, budget: float, room: float) -> float:
+    """max Σ n_k subject to Σ n_k·time_k ≤ budget, Σ n_k·memory_k ≤ room, n ≥ 0: at a vertex with one strategy,
+    or two with both rows tight."""
+    if room < 0 or budget < 0:
+        return -math.inf
+    with np.errstate(divide="ignore", invalid="ignore"):
+        single = np.minimum(np.where(time > 0, budget / time, np.inf), np.where(memory > 0, room / memory, np.inf))
+        best = float(single.max(initial=-math.inf))
+        if len(time) < 2:
+            return best
+        # n_i·t_i + n_j·t_j = budget, n_i·m_i + n_j·m_j = room
+        det = time[:, None] * memory[None, :] - time[None, :] * memory[:, None]
+        n_i = (budget * memory[None, :] - room * time[None, :]) / det
+        n_j = (room * time[:, None] - budget * memory[:, None]) / det
+        ok = (det != 0) & (n_i >= 0) & (n_j >= 0)
+        pairs = np.where(ok, n_i + n_j, -np.inf)
+    return max(best, float(pairs.max(initial=-math.inf)))
