@@ -71,7 +71,7 @@ def inputs(model, cluster: str, global_batch: int, seq_len: int | None = None, p
 
 
 def plan(model, *, cluster: str, global_batch: int, seq_len: int | None = None, precision: str | None = None,
-         schedule: str = "all", max_tp: int | None = None, max_cp: int | None = None,
+         schedule: str = "default", max_tp: int | None = None, max_cp: int | None = None,
          max_virtual_stages: int | None = None, time_limit: float | None = None, solver: str = "highs",
          workers: int | None = None, profile: str | None = None, kernels: str | None = None,
          attention: str | None = None, progress: Callable[[int, int, float], None] | None = None) -> Plan:
@@ -79,9 +79,9 @@ def plan(model, *, cluster: str, global_batch: int, seq_len: int | None = None, 
     one MIQP per pipeline configuration, solved to proven optimality unless `time_limit` (seconds) ends it first.
 
     `model`: a zoo name, a config.json path, a `transformers` config or `PreTrainedModel` (its config is planned
-    and carried in the plan, so that `uniap run --impl transformers` can build the class). `schedule`: "all"
-    searches 1F1B, interleaved 1F1B and zero bubble together; "interleaved-1f1b" the first two; "zero-bubble",
-    "1f1b" or "gpipe" that schedule alone. `progress(done,
+    and carried in the plan, so that `uniap run --impl transformers` can build the class). `schedule`:
+    "default" searches 1F1B, interleaved 1F1B and zero bubble together; "all" adds ZBV and DualPipeV;
+    "interleaved-1f1b" the first two; a schedule's name that schedule alone. `progress(done,
     total, best_time_s)` is called as candidates finish. Bad input raises `uniap.UniapError` with one line."""
     from uniap.planner import MAX_VIRTUAL_STAGES, plan_search
 

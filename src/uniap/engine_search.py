@@ -25,7 +25,7 @@ from uniap.errors import UniapError
 from uniap.estimate import make_plan, predict
 from uniap.export.capability import ANY_SPLIT, EVEN, EngineRules
 from uniap.plans import Plan
-from uniap.planner import ALL, MAX_VIRTUAL_STAGES, build_candidate, candidates, plan_search, searched_schedules, \
+from uniap.planner import DEFAULT, MAX_VIRTUAL_STAGES, build_candidate, candidates, plan_search, searched_schedules, \
     stage_strategies
 from uniap.program import StageProgram
 from uniap.solve.program import evaluate_many, lower_bound
@@ -125,7 +125,7 @@ def split_bounds(program: StageProgram, stage_of: np.ndarray, rows: np.ndarray) 
 
 
 def engine_plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, rules: EngineRules, *,
-                       schedule: str = ALL, solver: str = "highs", time_limit: float | None = None,
+                       schedule: str = DEFAULT, solver: str = "highs", time_limit: float | None = None,
                        max_tp: int | None = None, workers: int | None = None,
                        max_virtual_stages: int = MAX_VIRTUAL_STAGES) -> EngineSearch:
     """The engine-restricted optimum and the free optimum (both searched over the same schedules)."""

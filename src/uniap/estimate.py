@@ -13,6 +13,7 @@ import numpy as np
 
 from uniap.cost.tables import build_program, disallowed
 from uniap.errors import UniapError
+from uniap.schedules import schedule_named
 from uniap.plans import LayerPlan, Plan, StagePlan
 from uniap.program import StageProgram
 from uniap.solve.program import evaluate, stage_times
@@ -24,9 +25,10 @@ from uniap.strategies import Strategy, uniform_fallbacks
 EDGE_KINDS = ("embedding", "patch_embed", "head")
 
 
-def uniform_split(model: ModelSpec, stages: int, virtual_stages: int = 1) -> np.ndarray:
+def uniform_split(model: ModelSpec, stages: int, virtual_stages: int = 1, schedule: str = "1f1b") -> np.ndarray:
     """Megatron's split: the body layers evenly over the stages, embedding on the first, head on the last. Under
-    interleaving (`virtual_stages` v > 1; the result then numbers the P·v chunks, chunk j on stage j mod P) the
+    interleaving (`virtual_stages` v > 1; the result then numbers the P·v chunks, chunk j on the stage the
+    `schedule` places it: j mod P, or a V, where the head's chunk is on the first stage) the
     blocks are balanced per stage first, each stage's share split evenly over its v chunks: Llama 3 405B's 126
     blocks on pp16·v7 give every stage 7 or 8 blocks, where an even split over the 112 chunks would put all 14
     doubled chunks on stages 0 and 8."""
@@ -35,7 +37,9 @@ def uniform_split(model: ModelSpec, stages: int, virtual_stages: int = 1) -> np.
     if pieces > len(body):
         raise UniapError(f"{pieces} pipeline stages (chunks) exceed the {len(body)} blocks of {model.name}")
     per_stage = np.bincount([i * stages // len(body) for i in range(len(body))], minlength=stages)
-    per_chunk = [per_stage[j % stages] // virtual_stages + (j // stages < per_stage[j % stages] % virtual_stages)
+    where = schedule_named(schedule).stage_of_chunk
+    per_chunk = [per_stage[where(j, stages)] // virtual_stages
+                 + (j // stages < per_stage[where(j, stages)] % virtual_stages)
                  for j in range(pieces)]  # a stage's leftover blocks go to its first chunks
     if min(per_chunk) < 1:
         raise UniapError(f"a stage of {min(per_stage)} blocks cannot run {virtual_stages} chunks")
@@ -47,8 +51,8 @@ def uniform_split(model: ModelSpec, stages: int, virtual_stages: int = 1) -> np.
     return stage_of
 
 
-def uniform_assignment(model: ModelSpec, stages: int, strategy: Strategy, micro_batch: int, virtual_stages: int = 1
-                       ) -> tuple[list[Strategy], np.ndarray, np.ndarray]:
+def uniform_assignment(model: ModelSpec, stages: int, strategy: Strategy, micro_batch: int, virtual_stages: int = 1,
+                       schedule: str = "1f1b") -> tuple[list[Strategy], np.ndarray, np.ndarray]:
     """One strategy for every layer, over the chain split over `stages` stages (P·v chunks under interleaving):
     recompute only where a layer can be recomputed, and the expert layout (ep, etp) on MoE layers only, as
     Megatron-LM and torchtitan apply them.
@@ -64,7 +68,7 @@ def uniform_assignment(model: ModelSpec, stages: int, strategy: Strategy, micro_
             raise UniapError(disallowed(layer, strategy, micro_batch))
         strategy_of[u] = usable[0]
     used = sorted(set(strategy_of.tolist()))
-    return ([strategies[k] for k in used], uniform_split(model, stages, virtual_stages),
+    return ([strategies[k] for k in used], uniform_split(model, stages, virtual_stages, schedule),
             np.searchsorted(used, strategy_of))
 
 
@@ -101,19 +105,22 @@ def evaluate_unchecked(program: StageProgram, stage_of: np.ndarray, strategy_of:
 def make_plan(model: ModelSpec, cluster: ClusterSpec, workload: Workload, schedule: str, micro_batches: int,
               strategies: list[Strategy], stage_of: np.ndarray, strategy_of: np.ndarray, predicted: dict,
               search: dict | None = None, virtual_stages: int = 1) -> Plan:
-    """`stage_of`: each layer's piece of the chain as the solver numbers it (its chunk under interleaving)."""
-    pieces = int(stage_of.max()) + 1  # stages, or chunks under interleaving (chunk j on stage j mod P)
+    """`stage_of`: each layer's piece of the chain as the solver numbers it (its chunk under interleaving; chunk
+    j at position j // P of the stage `Schedule.stage_of_chunk` names)."""
+    pieces = int(stage_of.max()) + 1  # stages, or chunks under interleaving
     stages = pieces // virtual_stages
+    ran = schedule_named(schedule)
     d = cluster.devices // stages
     stage_plans = []
     for i in range(stages):
         ranges = []
-        for j in range(i, pieces, stages):
-            members = np.flatnonzero(stage_of == j)
+        for k in range(virtual_stages):
+            members = np.flatnonzero(stage_of == ran.chunk_at(i, k, stages))
             ranges.append((int(members[0]), int(members[-1])))
-        stage_plans.append(StagePlan(i, tuple(range(i * d, (i + 1) * d)), (ranges[0][0], ranges[-1][1]),
+        span = (min(r[0] for r in ranges), max(r[1] for r in ranges))
+        stage_plans.append(StagePlan(i, tuple(range(i * d, (i + 1) * d)), span,
                                      tuple(ranges) if virtual_stages > 1 else ()))
-    layers = [LayerPlan(u, layer.name, int(stage_of[u]) % stages, strategies[int(strategy_of[u])],
+    layers = [LayerPlan(u, layer.name, ran.stage_of_chunk(int(stage_of[u]), stages), strategies[int(strategy_of[u])],
                         int(stage_of[u]) if virtual_stages > 1 else None)
               for u, layer in enumerate(model.layers)]
     return Plan(
@@ -195,7 +202,7 @@ def estimate_uniform(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
         raise UniapError(f"--ep and --etp place routed experts, and {model.name} has none")
     strategy = Strategy(dp=dp, tp=tp, zero=zero if dp * cp > 1 else 0, recompute=recompute, sp=sequence_parallel,
                         ep=ep, etp=etp, cp=cp)
-    strategies, stage_of, strategy_of = uniform_assignment(model, pp, strategy, micro, virtual_stages)
+    strategies, stage_of, strategy_of = uniform_assignment(model, pp, strategy, micro, virtual_stages, schedule)
     program = build_program(model, cluster, workload, pp, micro_batches, strategies, schedule, virtual_stages)
     predicted = predict(model, cluster, workload, program, stage_of, strategy_of)
     return make_plan(model, cluster, workload, schedule, micro_batches, strategies, stage_of, strategy_of, predicted,

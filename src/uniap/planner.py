@@ -26,17 +26,21 @@ from uniap.solve.reduce import undominated
 from uniap.solve.uop import search
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import ModelSpec
-from uniap.schedules import INTERLEAVED, ZERO_BUBBLE, schedule_named
+from uniap.schedules import DUALPIPE_V, INTERLEAVED, SCHEDULES, ZERO_BUBBLE, ZERO_BUBBLE_V, schedule_named
 from uniap.spec.workload import Workload
 from uniap.strategies import Strategy, context_degrees, divisors, enumerate_strategies
 
 GB = 1e9
 MAX_VIRTUAL_STAGES = 8
 """Default most chunks per device group the search tries (Megatron-LM's published runs use 2–6)."""
-ALL = "all"
-"""The default search: 1F1B, interleaved 1F1B and zero bubble together."""
-SEARCHES = {ALL: ("1f1b", INTERLEAVED, ZERO_BUBBLE.name), INTERLEAVED: ("1f1b", INTERLEAVED),
-            ZERO_BUBBLE.name: (ZERO_BUBBLE.name,), "1f1b": ("1f1b",), "gpipe": ("gpipe",)}
+DEFAULT = "default"
+"""The default search: 1F1B, interleaved 1F1B and zero bubble (ZB1P, v ≥ 1) together. The V schedules (ZBV,
+DualPipeV) are searched by name or with "all": their device-group bound is weak (a group's two chunks may hold
+its blocks unevenly, which memory rewards and the bound does not charge), so each promising V candidate needs
+its chunk MILP (llama2-70b on 64 A100: 1.3–1.6 s each, 2.6× the default search's time)."""
+SEARCHES = {DEFAULT: ("1f1b", INTERLEAVED, ZERO_BUBBLE.name),
+            "all": ("1f1b", INTERLEAVED, ZERO_BUBBLE.name, ZERO_BUBBLE_V.name, DUALPIPE_V.name),
+            INTERLEAVED: ("1f1b", INTERLEAVED), **{name: (name,) for name in SCHEDULES if name != INTERLEAVED}}
 """What `plan --schedule` searches: each name → the schedules whose candidates it solves."""
 
 
@@ -63,10 +67,10 @@ def searched_schedules(search: str) -> tuple[str, ...]:
 def candidates(model: ModelSpec, cluster: ClusterSpec, workload: Workload, schedules: tuple[str, ...] = ("1f1b",),
                max_virtual_stages: int = MAX_VIRTUAL_STAGES) -> list[Candidate]:
     """Every (P, c, v, schedule) of `schedules`: P divides the devices and is at most the layer count; c divides
-    the global batch; a plain schedule (GPipe or 1F1B) takes v = 1 and any P; an interleaved one (interleaved
-    1F1B: v ≥ 2; zero bubble: v ≥ 1) needs P ≥ 2, c a multiple of P and P·v ≤ layers. One stage is searched once,
-    as the plain schedule (or as 1F1B where only an interleaved one is asked for: every schedule is the same
-    there)."""
+    the global batch; a plain schedule (GPipe or 1F1B) takes v = 1 and any P; one with several chunks per stage
+    takes P ≥ 2, P·v ≤ layers and every v ≤ `max_virtual_stages` its `Schedule.check` accepts (interleaved 1F1B:
+    v ≥ 2, c a multiple of P; zero bubble: v ≥ 1, c a multiple of P; the V schedules: v = 2, c ≥ 2P). One stage
+    is searched once, as the plain schedule (or as 1F1B where only others are asked for: all are the same there)."""
     layers = len(model.layers)
     stages = [p for p in divisors(cluster.devices) if p <= layers]
     plain = next((s for s in schedules if not schedule_named(s).interleaved), None)
@@ -75,13 +79,21 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, workload: Workload, sched
         for c in divisors(workload.global_batch):
             if plain is not None or p == 1:
                 out.append(Candidate(p, c, 1, plain or "1f1b"))
-            if p < 2 or c % p:
+            if p < 2:
                 continue
             for name in schedules:
-                first = 2 if name == INTERLEAVED else 1
                 if schedule_named(name).interleaved:
-                    out += [Candidate(p, c, v, name) for v in range(first, max_virtual_stages + 1) if p * v <= layers]
+                    out += [Candidate(p, c, v, name) for v in range(1, max_virtual_stages + 1)
+                            if p * v <= layers and _runs(name, p, c, v)]
     return out
+
+
+def _runs(schedule: str, stages: int, micro_batches: int, virtual_stages: int) -> bool:
+    try:
+        schedule_named(schedule).check(stages, micro_batches, virtual_stages)
+    except UniapError:
+        return False
+    return True
 
 
 def build_candidate(candidate: Candidate, model: ModelSpec, cluster: ClusterSpec, workload: Workload,
@@ -157,16 +169,17 @@ def stage_columns(model: ModelSpec, cluster: ClusterSpec, workload: Workload, ca
     return [usable[k] for k in kept], (index, costs[:, kept], good[:, kept])
 
 
-def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, schedule: str = ALL,
+def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, schedule: str = DEFAULT,
                 solver: str = "highs", time_limit: float | None = None, max_tp: int | None = None,
                 workers: int | None = None, progress=None, max_virtual_stages: int = MAX_VIRTUAL_STAGES,
                 max_cp: int | None = None) -> Plan:
     """The best plan over all pipeline configurations, with the search facts the plan contract carries.
 
-    `schedule` names a search (`SEARCHES`): "all" (the default) searches 1F1B, interleaved 1F1B (v =
-    2..max_virtual_stages) and zero bubble (v = 1..max_virtual_stages) together; "interleaved-1f1b" the first
-    two; "zero-bubble", "1f1b" and "gpipe" that schedule alone. Interleaved 1F1B programs are bounded and solved
-    by device group first (solve.group_bound, solve.group_relaxation); zero-bubble ones by their chunk MILP."""
+    `schedule` names a search (`SEARCHES`): "default" searches 1F1B, interleaved 1F1B (v = 2..max_virtual_stages)
+    and zero bubble (v = 1..max_virtual_stages) together; "all" adds the V schedules (ZBV, DualPipeV: v = 2);
+    "interleaved-1f1b" the first two; any schedule's name that schedule alone. Interleaved 1F1B programs are
+    bounded and solved by device group first (solve.group_bound, solve.group_relaxation); zero-bubble ones by
+    their device-group contents (solve.split_bound), then their chunk MILP."""
     check_time_limit(time_limit)
     schedules = searched_schedules(schedule)
     if solver == "scip" and any(schedule_named(s).interleaved for s in schedules):

@@ -53,7 +53,8 @@ class LayerPlan:
     strategy: Strategy
     """Its parallel strategy (dp, cp, tp, ZeRO, recompute, ...)."""
     chunk: int | None = None
-    """Its global chunk index under an interleaved schedule (chunk mod P = stage); None otherwise."""
+    """Its global chunk index under an interleaved schedule (on the stage `Schedule.stage_of_chunk` names, at
+    position chunk // P); None otherwise."""
 
     @property
     def position(self) -> int:
@@ -323,8 +324,9 @@ class Plan:
         if wrong:
             raise UniapError(f"every stage must run {v} chunk(s); stage {wrong[0][0]} runs {wrong[0][1]}")
         expect = 0
-        for j in range(degree * v):  # chunk j sits on stage j mod P, the chunks cover the chain in order
-            i = j % degree
+        ran = schedule_named(schedule)
+        for j in range(degree * v):  # chunk j at position j // P of its stage; the chunks cover the chain in order
+            i = ran.stage_of_chunk(j, degree)
             stage = self.stages[i]
             first, last = stage.ranges[j // degree]
             if stage.index != i or first != expect or last < first:
@@ -341,8 +343,9 @@ class Plan:
         for layer in self.layers:
             stage = self.stages[layer.stage] if 0 <= layer.stage < degree else None
             chunk = layer.position
-            inside = stage is not None and chunk % degree == layer.stage and 0 <= chunk < degree * v and \
-                stage.ranges[chunk // degree][0] <= layer.index <= stage.ranges[chunk // degree][1]
+            inside = stage is not None and 0 <= chunk < degree * v \
+                and ran.stage_of_chunk(chunk, degree) == layer.stage \
+                and stage.ranges[chunk // degree][0] <= layer.index <= stage.ranges[chunk // degree][1]
             if not inside:
                 raise UniapError(f"layer {layer.index} ({layer.name}) is not inside its stage {layer.stage}")
             if layer.strategy.devices != len(stage.ranks):

@@ -44,6 +44,22 @@ class StageProgram:
     split_schedule: str | None = None
     """The schedule (`uniap.schedules`) that runs the backward as an input pass and a deferred weight pass; the
     program is then priced by `solve.program.split_backward_tpi`."""
+    placement: np.ndarray | None = None
+    """(stages,) the device group of each chunk, for a schedule that does not put chunk j on group j mod P (a V:
+    `Schedule.stage_of_chunk`); None: j mod P. Whatever the placement, chunk j is its group's (j // P)-th."""
+
+    @property
+    def chunk_groups(self) -> np.ndarray:
+        """(stages,) the device group of each chunk."""
+        if self.placement is not None:
+            return np.asarray(self.placement, dtype=int)
+        return np.arange(self.stages) % self.pipeline_degree
+
+    @property
+    def group_chunks(self) -> np.ndarray:
+        """(P, v) the chunks of each device group, in chain order (its position-k chunk at [d, k])."""
+        order = np.argsort(self.chunk_groups, kind="stable")
+        return order.reshape(self.pipeline_degree, self.virtual_stages)
 
     @property
     def pipeline_degree(self) -> int:
@@ -112,6 +128,12 @@ class StageProgram:
                 raise UniapError(f"held must be (device groups, patterns, {v}), got shape {held.shape}")
             if not np.all(np.isfinite(held) & (held >= 0)):
                 raise UniapError("held must be finite and non-negative")
+        if self.placement is not None:
+            groups = np.asarray(self.placement)
+            if groups.shape != (P,) or not np.array_equal(np.bincount(groups, minlength=self.pipeline_degree),
+                                                           np.full(self.pipeline_degree, v)):
+                raise UniapError(f"placement must give each of the {self.pipeline_degree} device groups {v} of the "
+                                 f"{P} chunks")
         if (self.weight_gradient is None) != (self.split_schedule is None):
             raise UniapError("weight_gradient and split_schedule go together")
         if self.weight_gradient is not None:

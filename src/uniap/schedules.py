@@ -56,10 +56,9 @@ class Schedule:
     """Engine → the schedule's name there (torchtitan's `pipeline_parallel_schedule`; "megatron" and "deepspeed"
     name the schedule their flags select)."""
     bubble_terms: tuple[tuple[float, float, float], ...] = ()
-    """A schedule that splits the backward: its fill and drain on equal chunks, as linear pieces (a, b, d) of one
-    chunk's forward F, input pass I and weight pass W. Over equal chunks its `order` then runs c micro-batches in
-    c·v·(F + I + W) + (P − 1)·max(a·F + b·I + d·W) (tests/solve/test_schedules.py holds the event simulation to it).
-    Every piece rises with F and I and falls with W (a, b ≥ 0 ≥ d), which `solve.program`'s bound needs."""
+    """A schedule that splits the backward: its fill and drain on equal chunks per stage but the first, as linear
+    pieces (a, b, d) of one chunk's forward F, input pass I and weight pass W (`bubble` multiplies them by P − 1;
+    a schedule whose fill and drain do not grow that way overrides `bubble`)."""
 
     def check(self, stages: int, micro_batches: int, virtual_stages: int) -> None:
         """Raise UniapError when this schedule cannot run the pipeline."""
@@ -74,6 +73,22 @@ class Schedule:
     def order(self, stage: int, stages: int, micro_batches: int, virtual_stages: int = 1) -> list[Op]:
         raise NotImplementedError
 
+    def stage_of_chunk(self, chunk: int, stages: int) -> int:
+        """The stage (device group) that runs global chunk `chunk`: chunk j on stage j mod P."""
+        return chunk % stages
+
+    def chunk_at(self, stage: int, position: int, stages: int) -> int:
+        """The global chunk a stage runs at `position` (its position-th chunk, in chain order): position·P + stage.
+        Whatever the placement, chunk j is at position j // P of its stage."""
+        return position * stages + stage
+
+    def bubble(self, stages: int) -> tuple[tuple[float, float, float], ...]:
+        """A schedule that splits the backward: its fill and drain on P stages of equal chunks, as linear pieces
+        (a, b, d) of one chunk's forward F, input pass I and weight pass W. Over equal chunks its `order` then runs c
+        micro-batches in c·v·(F + I + W) + max(a·F + b·I + d·W) (tests/solve/test_solve_zero_bubble.py holds the
+        event simulation to it)."""
+        return tuple((a * (stages - 1), b * (stages - 1), d * (stages - 1)) for a, b, d in self.bubble_terms)
+
     def order_arrays(self, stage: int, stages: int, micro_batches: int, virtual_stages: int = 1
                      ) -> tuple[np.ndarray, np.ndarray]:
         """`order` as two arrays, its kinds (one letter each) and its chunks: what the activation counts read."""
@@ -85,14 +100,14 @@ class Schedule:
         return self
 
     def inflight(self, stages: int, micro_batches: int, virtual_stages: int = 1) -> list[float]:
-        """Per chunk (chunk k·P + i on stage i): the micro-batches it holds at one moment of its stage's peak, the
+        """Per chunk (`chunk_at`): the micro-batches it holds at one moment of its stage's peak, the
         one where its stage's first backward starts (one moment, so never above the peak: the solver's bounds use
         it); the peak itself is the largest of `held_patterns`. For one chunk per stage it is the peak."""
         out = [0.0] * (stages * virtual_stages)
         occupancy = _occupancy(self.name, stages, self.bounded_rounds(stages, micro_batches), virtual_stages)
         for d, (_, first) in enumerate(occupancy):
             for k in range(virtual_stages):
-                out[k * stages + d] = float(first[k])
+                out[self.chunk_at(d, k, stages)] = float(first[k])
         return out
 
     def held_patterns(self, stages: int, micro_batches: int, virtual_stages: int) -> list[list[list[int]]]:
@@ -240,6 +255,162 @@ class ZeroBubble(Schedule):
         return ops + weights[max(steps - stage, 0):]
 
 
+@dataclass(frozen=True)
+class VShaped(Schedule):
+    """A schedule of two chunks per stage placed in a V (torch's `style="v"`): stage i runs chunk i on the way
+    down and chunk 2P − 1 − i on the way back, so the last stage runs the two middle chunks back to back and the
+    first stage holds both ends of the chain. It needs c ≥ 2P micro-batches (torch's DualPipeV does; ZBV below
+    that leaves its steady state empty)."""
+
+    def check(self, stages: int, micro_batches: int, virtual_stages: int) -> None:
+        if virtual_stages != 2:
+            raise UniapError(f"the {self.name} schedule runs two chunks per stage (--virtual-stages 2), got "
+                             f"{virtual_stages}")
+        if stages < 2:
+            raise UniapError(f"the {self.name} schedule needs a pipeline of at least 2 stages")
+        if micro_batches < 2 * stages:
+            raise UniapError(f"the {self.name} schedule needs at least 2·P = {2 * stages} micro-batches, got "
+                             f"{micro_batches}")
+
+    def stage_of_chunk(self, chunk: int, stages: int) -> int:
+        return chunk if chunk < stages else 2 * stages - 1 - chunk
+
+    def chunk_at(self, stage: int, position: int, stages: int) -> int:
+        return stage if position == 0 else 2 * stages - 1 - stage
+
+    def bounded_rounds(self, stages: int, micro_batches: int) -> int:
+        return micro_batches  # no prefix of the order is known to reach every occupancy: walk it all
+
+
+@dataclass(frozen=True)
+class ZeroBubbleV(VShaped):
+    """ZB-V (Qi et al. 2024 §6) as torch's `ScheduleZBVZeroBubble` orders it. Stage i warms up with 2(P − i) − 1
+    forwards of its first chunk, then i pairs of both chunks' forwards, then P − i rounds of its second chunk's
+    forward, input and weight pass; the steady state runs each chunk's F, I, W in turn; the drain runs the input
+    passes and then the weight passes left."""
+
+    def order(self, stage: int, stages: int, micro_batches: int, virtual_stages: int = 2) -> list[Op]:
+        P, c = stages, micro_batches
+        first, second = stage, 2 * P - 1 - stage
+        made = {first: 0, second: 0}  # forwards so far, per chunk
+        done = {first: 0, second: 0}  # input passes so far
+        ops: list[Op] = []
+
+        def forward(chunk):
+            ops.append(("F", chunk, made[chunk]))
+            made[chunk] += 1
+
+        def backward(chunk, weight=True):
+            ops.append(("I", chunk, done[chunk]))
+            if weight:
+                ops.append(("W", chunk, done[chunk]))
+            done[chunk] += 1
+
+        rounds = max(2 * P - 1, c)  # torch fills a pipeline this long, then drops the micro-batches beyond c
+        for _ in range(2 * (P - stage) - 1):
+            forward(first)
+        for _ in range(stage):
+            forward(second)
+            forward(first)
+        for _ in range(P - stage):
+            forward(second)
+            backward(second)
+        while made[second] < made[first] or made[first] < rounds:
+            if made[first] < rounds:
+                forward(first)
+            backward(first)
+            forward(second)
+            backward(second)
+        weighed = dict(done)  # weight passes so far, per chunk
+        for _ in range(stage):
+            backward(first, weight=False)
+            backward(second, weight=False)
+        for _ in range(P - stage):
+            backward(first, weight=False)
+            ops.append(("W", first, weighed[first]))
+            weighed[first] += 1
+        ops += [("W", second, m) for m in range(weighed[second], done[second])]
+        ops += [("W", first, m) for m in range(weighed[first], done[first])]
+        return [op for op in ops if op[2] < c]
+
+    def bubble(self, stages: int) -> tuple[tuple[float, float, float], ...]:
+        """Eight pieces, read off the event simulation of the order and checked on 775 equal-chunk pipelines
+        (P ≤ 8): the drain waits for forwards, input passes or both, less the weight passes that fill it."""
+        P = stages
+        if P < 2:
+            return ((0.0, 0.0, 0.0),)
+        return ((0, 1, P - 2), (1, 0, P - 2), (0, P - 1, 0), (0, 2 * (P - 1), -2 * (P - 1)),
+                (2 * P - 3, -(P - 2), 0), (2 * P - 3, 1, -2 * (P - 1)), (2 * P - 2, -(P - 1), -1),
+                (2 * P - 2, 0, -(2 * P - 1)))
+
+
+@dataclass(frozen=True)
+class DualPipeV(VShaped):
+    """DualPipeV (DeepSeek-V3's DualPipe cut in a V, Liu et al. 2024) as torch's `ScheduleDualPipeV` orders it:
+    after its warm-up, each step runs one chunk's forward beside the other chunk's whole backward (torch runs the
+    overlapped pair one after the other), and the drain splits the backwards of the last micro-batches into input
+    and weight passes to fill the bubble."""
+
+    def order(self, stage: int, stages: int, micro_batches: int, virtual_stages: int = 2) -> list[Op]:
+        P, c = stages, micro_batches
+        first, second = stage, 2 * P - 1 - stage
+        counts: dict[tuple[int, str], int] = {}
+        waiting: list[tuple[int, int]] = []  # (chunk, micro-batch) of input passes whose weight pass is due
+        ops: list[Op] = []
+
+        def run(chunk, kind):
+            key = (chunk, "F" if kind == "F" else "I")  # a whole backward counts as an input pass
+            m = counts.get(key, 0)
+            counts[key] = m + 1
+            ops.append((kind, chunk, m))
+            if kind == "I":
+                waiting.append((chunk, m))
+
+        def weight():
+            if waiting:
+                chunk, m = waiting.pop(0)
+                ops.append(("W", chunk, m))
+
+        for _ in range(2 * (P - stage - 1)):
+            run(first, "F")
+        for _ in range(stage + 1):
+            run(first, "F")
+            run(second, "F")
+        for _ in range(P - stage - 1):
+            run(second, "I")
+            weight()
+            run(second, "F")
+        for _ in range(c - 2 * P + stage + 1):
+            run(first, "F")
+            run(second, "B")
+            run(second, "F")
+            run(first, "B")
+        for _ in range(P - stage - 1):
+            run(second, "B")
+            run(second, "F")
+            run(first, "B")
+        split = False  # the second half of the last backwards run as input passes
+        for i in range(stage + 1):
+            split = split or (i == (stage + 1) // 2 and stage % 2 == 1)
+            run(second, "I" if split else "B")
+            split = split or (i == (stage + 1) // 2 and stage % 2 == 0)
+            run(first, "I" if split else "B")
+        for _ in range(P - stage - 1):
+            weight()
+            run(first, "I" if split else "B")
+        for _ in range(stage + 1):
+            weight()
+        return ops
+
+    def bubble(self, stages: int) -> tuple[tuple[float, float, float], ...]:
+        """Six pieces, read off the event simulation of the order and checked on 775 equal-chunk pipelines
+        (P ≤ 8)."""
+        q = stages - 1
+        if q < 1:
+            return ((0.0, 0.0, 0.0),)
+        return ((-1, q, 0), (-1, 2 * q, -q), (q, 0, 0), (q, q, -q), (2 * q, -q, -q), (2 * q, 0, -2 * q))
+
+
 GPIPE = GPipe("gpipe", "GPipe", "ScheduleGPipe", exports={"torchtitan": "GPipe"})
 ONE_F_ONE_B = OneFOneB("1f1b", "1F1B", "Schedule1F1B",
                        exports={"torchtitan": "1F1B", "megatron": "1f1b", "deepspeed": "1f1b"})
@@ -252,7 +423,13 @@ ZERO_BUBBLE = ZeroBubble("zero-bubble", "zero bubble (ZB1P)", "ScheduleInterleav
                          # that the stage upstream runs meanwhile: max(F, I, F + I − W) per stage
                          bubble_terms=((1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (1.0, 1.0, -1.0)))
 
-SCHEDULES: dict[str, Schedule] = {s.name: s for s in (GPIPE, ONE_F_ONE_B, INTERLEAVED_1F1B, ZERO_BUBBLE)}
+ZERO_BUBBLE_V = ZeroBubbleV("zero-bubble-v", "zero bubble V (ZBV)", "ScheduleZBVZeroBubble", interleaved=True,
+                            split_backward=True, exports={"torchtitan": "ZBVZeroBubble"})
+DUALPIPE_V = DualPipeV("dualpipe-v", "DualPipeV", "ScheduleDualPipeV", interleaved=True, split_backward=True,
+                       exports={"torchtitan": "DualPipeV"})
+
+SCHEDULES: dict[str, Schedule] = {s.name: s for s in (GPIPE, ONE_F_ONE_B, INTERLEAVED_1F1B, ZERO_BUBBLE,
+                                                      ZERO_BUBBLE_V, DUALPIPE_V)}
 INTERLEAVED = INTERLEAVED_1F1B.name
 
 
@@ -273,9 +450,8 @@ def chunks_per_stage(schedule: Schedule, virtual_stages: int) -> int:
     return virtual_stages if schedule.interleaved else 1
 
 
-def held_until(schedule: Schedule) -> str:
-    """The operation that frees a micro-batch's activations: its whole backward, or its weight pass."""
-    return "W" if schedule.split_backward else "B"
+RELEASES = ("B", "W")
+"""The operations that free a micro-batch's activations: its whole backward, or the weight pass of a split one."""
 
 
 @functools.lru_cache(maxsize=8192)
@@ -304,7 +480,7 @@ def _stage_occupancy(name: str, stage: int, stages: int, micro_batches: int, vir
     warm_up = int(later[0]) if len(later) else len(kinds)  # forwards before the rest
     if not peaks:
         return (), tuple(np.bincount(chunks[:warm_up] // stages, minlength=v).tolist())
-    step = np.where(kinds == "F", 1, np.where(kinds == held_until(schedule), -1, 0))
+    step = np.where(kinds == "F", 1, np.where(np.isin(kinds, RELEASES), -1, 0))
     moved = np.flatnonzero(step)
     change = np.zeros((len(moved), v), dtype=int)
     change[np.arange(len(moved)), chunks[moved] // stages] = step[moved]
@@ -340,14 +516,14 @@ def simulate_order(schedule: Schedule, stages: int, micro_batches: int, virtual_
     and half the send between them, its backward (or input pass I) after chunk j+1's and the other half; a
     weight pass W after its own I. `fwd`, `bwd` per chunk (bwd the whole backward, I + W), `wgt` the weight
     pass's part of it per chunk (read only by schedules that split the backward), `send` per boundary (both
-    directions). Chunk j runs on stage j mod P. Returns the operations in the order they were placed."""
+    directions). Each stage runs the chunks its order names (`stage_of_chunk`). Returns the operations in the order
+    they were placed."""
     P, v = stages, chunks_per_stage(schedule, virtual_stages)
     S = P * v
     orders = [schedule.order(i, P, micro_batches, v) for i in range(P)]
     done: dict[tuple[str, int, int], float] = {}
     free, nxt, out = [0.0] * P, [0] * P, []
     remaining = sum(len(x) for x in orders)
-    back = "I" if schedule.split_backward else "B"
     while remaining:
         progressed = False
         for i in range(P):
@@ -360,7 +536,7 @@ def simulate_order(schedule: Schedule, stages: int, micro_batches: int, virtual_
                 elif kind == "W":
                     ready, length = done.get(("I", j, m)), min(wgt[j], bwd[j])
                 else:
-                    dep = done.get(("F", j, m)) if j == S - 1 else done.get((back, j + 1, m))
+                    dep = done.get(("F", j, m)) if j == S - 1 else done.get(("I", j + 1, m), done.get(("B", j + 1, m)))
                     ready = None if dep is None else dep + (send[j] / 2 if j < S - 1 else 0.0)
                     length = bwd[j] - (min(wgt[j], bwd[j]) if kind == "I" else 0.0)
                 if ready is None:

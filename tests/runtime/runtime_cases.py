@@ -102,6 +102,13 @@ def equality_plans():
                                              virtual_stages=2), {}),
         "gpt-pp2-zb-dp2-recompute": (uniform_plan(GPT, 4, pp=2, dp=2, recompute=True, micro_batches=4,
                                                   schedule="zero-bubble"), {}),
+        # the V schedules (torch's ScheduleZBVZeroBubble, ScheduleDualPipeV): stage i runs chunks i and 2P − 1 − i,
+        # so stage 0 holds both ends of the chain (a tied embedding's two copies on one rank)
+        "gpt-pp2-zbv-dp2": (uniform_plan(GPT, 4, pp=2, dp=2, micro_batches=4, schedule="zero-bubble-v",
+                                         virtual_stages=2), {}),
+        "gpt6-pp4-zbv": (uniform_plan(GPT6, 4, pp=4, micro_batches=8, schedule="zero-bubble-v", virtual_stages=2), {}),
+        "tied-pp2-dualpipev-tp2": (uniform_plan(TIED, 4, pp=2, tp=2, micro_batches=4, schedule="dualpipe-v",
+                                                virtual_stages=2), {}),
         # sequence parallelism: sequence slices cross a stage boundary and are re-laid out to/from row blocks
         "gpt-pp2-tp2sp-relayout": (uniform_plan(GPT, 4, pp=2, tp=2, sp=True, micro_batches=2,
                                                 per_layer={"block.2": S(2, 1, 0)}), {}),

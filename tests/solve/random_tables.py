@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from uniap.cost.tables import held_array
+from uniap.cost.tables import held_array, placement
 from uniap.program import StageProgram
 from uniap.schedules import schedule_named
 
@@ -54,6 +54,7 @@ def random_program(seed: int, *, layers: int = 6, strategies: int = 3, stages: i
                         memory_capacity=np.inf if memory is None else memory, group=group,
                         virtual_stages=virtual_stages,
                         held=held_array(chosen, P, micro_batches, virtual_stages) if chosen.interleaved else None,
+                        placement=placement(chosen, P, virtual_stages),
                         weight_gradient=weights, split_schedule=chosen.name if chosen.split_backward else None)
 
 

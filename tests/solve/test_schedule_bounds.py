@@ -8,12 +8,12 @@ import pytest
 from random_tables import random_program
 
 from uniap.report.timeline import makespan, simulate
-from uniap.schedules import held_until, schedule_named
+from uniap.schedules import RELEASES, VShaped, schedule_named
 from uniap.solve.milp import solve
 from uniap.solve.program import evaluate, stage_times
 
 SCHEDULES = [("gpipe", 1), ("1f1b", 1), ("interleaved-1f1b", 2), ("interleaved-1f1b", 3), ("zero-bubble", 1),
-             ("zero-bubble", 2), ("zero-bubble", 3)]
+             ("zero-bubble", 2), ("zero-bubble", 3), ("zero-bubble-v", 2), ("dualpipe-v", 2)]
 
 
 def _simulated(program, schedule, stage_of, strategy_of) -> float:
@@ -37,7 +37,9 @@ def _random_plan(rng, program):
 def _program(seed, schedule, v, **kwargs):
     rng = np.random.default_rng(seed)
     P = int(rng.integers(2, 4))
-    c = P * int(rng.integers(1, 4)) if schedule_named(schedule).interleaved else int(rng.integers(1, 9))
+    chosen = schedule_named(schedule)
+    c = 2 * P + int(rng.integers(0, P + 1)) if isinstance(chosen, VShaped) \
+        else P * int(rng.integers(1, 4)) if chosen.interleaved else int(rng.integers(1, 9))
     layers = P * v + int(rng.integers(0, 5))
     program = random_program(seed, layers=layers, strategies=3, stages=P, micro_batches=c, memory=None,
                              schedule=schedule, virtual_stages=v, **kwargs)
@@ -80,7 +82,7 @@ def _balanced(schedule, v, P, c, per_chunk, send):
 
 
 @pytest.mark.parametrize("schedule, v", SCHEDULES)
-@pytest.mark.parametrize("P, c", [(2, 4), (4, 8), (4, 16), (8, 16)])
+@pytest.mark.parametrize("P, c", [(2, 4), (4, 8), (4, 16), (8, 16)])  # c = 2P is the least a V runs
 @pytest.mark.parametrize("send", [0.0, 0.005, 0.02])
 def test_formula_matches_the_simulation_on_equal_chunks(schedule, v, P, c, send):
     program, stage_of, strategy_of = _balanced(schedule, v, P, c, 2, send)
@@ -117,11 +119,11 @@ def _walked_peak(program, schedule, stage_of, strategy_of) -> np.ndarray:
         chosen = schedule_named(schedule)
         held, most = 0.0, 0.0
         for kind, chunk, _ in chosen.order(d, P, c, v):
-            if kind not in ("F", held_until(chosen)):
+            if kind not in ("F", *RELEASES):
                 continue
             held += per_chunk[chunk] if kind == "F" else -per_chunk[chunk]
             most = max(most, held)
-        peaks[d] = static[d::P].sum() + most
+        peaks[d] = static[program.group_chunks[d]].sum() + most
     return peaks
 
 

@@ -6,8 +6,8 @@ import torch.distributed.pipelining as pipelining
 from torch.distributed.pipelining import schedules as torch_schedules
 
 from uniap.errors import UniapError
-from uniap.schedules import INTERLEAVED_1F1B, SCHEDULES, ZERO_BUBBLE, Schedule, exported_schedules, \
-    schedule_named, simulate_order
+from uniap.schedules import DUALPIPE_V, INTERLEAVED_1F1B, SCHEDULES, ZERO_BUBBLE, ZERO_BUBBLE_V, Schedule, \
+    exported_schedules, schedule_named, simulate_order
 
 KIND = {"FORWARD": "F", "FULL_BACKWARD": "B", "BACKWARD_INPUT": "I", "BACKWARD_WEIGHT": "W"}
 
@@ -25,12 +25,27 @@ def torch_order(cls, P: int, c: int, v: int) -> dict[int, list[tuple[str, int, i
     self.pp_group_size, self.n_local_stages, self._n_microbatches = P, v, c
     self.number_of_rounds = max(1, c // P)
     self.microbatches_per_round = c // self.number_of_rounds
+    self.num_stages = self._num_stages = P * v
     out = {}
     for rank in range(P):
         self.rank = rank
         ops = cls._calculate_single_rank_operations(self, rank)
-        out[rank] = [(KIND[a.computation_type.name], a.stage_index, a.microbatch_index) for a in ops if a is not None]
+        # DualPipeV's overlapped forward and backward run one after the other in torch's runtime
+        flat = [sub for a in ops if a is not None for sub in (a.sub_actions or (a,))]
+        out[rank] = [(KIND[a.computation_type.name], a.stage_index, a.microbatch_index) for a in flat]
     return out
+
+
+@pytest.mark.parametrize("schedule, cls", [(ZERO_BUBBLE_V, torch_schedules.ScheduleZBVZeroBubble),
+                                           (DUALPIPE_V, torch_schedules.ScheduleDualPipeV)])
+@pytest.mark.parametrize("P", [2, 3, 4, 6])
+def test_v_shaped_order_is_torchs(schedule, cls, P):
+    """Two chunks per stage in a V (stage i runs chunks i and 2P − 1 − i), any c ≥ 2P."""
+    for c in (2 * P, 2 * P + 1, 3 * P, 5 * P):
+        order = {r: schedule.order(r, P, c, 2) for r in range(P)}
+        assert torch_order(cls, P, c, 2) == order
+        assert all(schedule.stage_of_chunk(j, P) == r for r, ops in order.items() for _, j, _ in ops)
+        assert all(schedule.chunk_at(schedule.stage_of_chunk(j, P), j // P, P) == j for j in range(2 * P))
 
 
 @pytest.mark.parametrize("schedule, cls, vs", [(INTERLEAVED_1F1B, torch_schedules.ScheduleInterleaved1F1B, (2, 3, 4)),

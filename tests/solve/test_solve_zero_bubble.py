@@ -6,7 +6,7 @@ import pytest
 from random_tables import random_program
 
 from uniap.program import StageProgram
-from uniap.schedules import ZERO_BUBBLE, _stage_occupancy, simulate_order
+from uniap.schedules import DUALPIPE_V, ZERO_BUBBLE, ZERO_BUBBLE_V, VShaped, _stage_occupancy, simulate_order
 from uniap.solve.formulation import Formulation
 from uniap.solve.milp import solve
 from uniap.solve.program import evaluate, lower_bound, split_send_hops
@@ -15,37 +15,52 @@ from uniap.solve.reference import solve_reference
 from uniap.solve.split_bound import split_group_bound
 
 
-def _equal_chunks(P, c, v, F, I, W, send):
-    """The event simulation of torch's zero-bubble order over P·v equal chunks."""
+SPLIT = [ZERO_BUBBLE, ZERO_BUBBLE_V, DUALPIPE_V]
+
+
+def _shapes(schedule, P):
+    """(v, c) pipelines a split schedule runs on P stages: ZB1P any v with c a multiple of P; a V two chunks and
+    c ≥ 2P."""
+    if isinstance(schedule, VShaped):
+        return [(2, c) for c in (2 * P, 2 * P + 1, 3 * P, 4 * P)]
+    return [(v, c) for v in (1, 2, 3, 4) for c in (P, 2 * P, 3 * P)]
+
+
+def _equal_chunks(schedule, P, c, v, F, I, W, send):
+    """The event simulation of the schedule's order (torch's) over P·v equal chunks."""
     S = P * v
-    ran = simulate_order(ZERO_BUBBLE, P, c, v, [F] * S, [I + W] * S, [W] * S, [send] * (S - 1))
+    ran = simulate_order(schedule, P, c, v, [F] * S, [I + W] * S, [W] * S, [send] * (S - 1))
     return max(r.end for r in ran)
 
 
+@pytest.mark.parametrize("schedule", SPLIT, ids=lambda s: s.name)
 @pytest.mark.parametrize("P", [2, 3, 4, 6, 8])
-@pytest.mark.parametrize("v", [1, 2, 3, 4])
-def test_equal_chunks_take_the_steady_state_and_the_bubble_terms(P, v):
-    """c·v·(F + I + W) + (P − 1)·max(a·F + b·I + d·W) over `bubble_terms`, for any F, I, W and c = P…3P."""
-    rng = np.random.default_rng(P * 10 + v)
-    for c in (P, 2 * P, 3 * P):
-        for F, I, W in rng.uniform(0.01, 1.0, (4, 3)):
-            bubble = max(a * F + b * I + d * W for a, b, d in ZERO_BUBBLE.bubble_terms)
-            assert _equal_chunks(P, c, v, F, I, W, 0.0) == pytest.approx(c * v * (F + I + W) + (P - 1) * bubble,
-                                                                         rel=1e-12)
+def test_equal_chunks_take_the_steady_state_and_the_bubble(schedule, P):
+    """c·v·(F + I + W) + max(a·F + b·I + d·W) over `bubble(P)`, for any F, I, W; and the bubble's slope in each
+    pass is below every c the schedule runs (what makes split_backward_tpi's least over its levels exact)."""
+    rng = np.random.default_rng(P)
+    pieces = schedule.bubble(P)
+    for v, c in _shapes(schedule, P):
+        assert np.abs(np.array(pieces)).max() < c
+        for F, I, W in rng.uniform(0.01, 1.0, (3, 3)):
+            bubble = max(a * F + b * I + d * W for a, b, d in pieces)
+            assert _equal_chunks(schedule, P, c, v, F, I, W, 0.0) == pytest.approx(c * v * (F + I + W) + bubble,
+                                                                                   rel=1e-12)
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_sends_below_every_pass_add_at_most_kappa_each(seed):
+@pytest.mark.parametrize("schedule", SPLIT, ids=lambda s: s.name)
+@pytest.mark.parametrize("seed", range(4))
+def test_sends_below_every_pass_add_at_most_kappa_each(schedule, seed):
     """The send term of split_backward_tpi: on equal chunks, sends of ô ≤ min(F, I, W) add at most
     κ·ô = ((S − 1) + 2·(P − 1))·ô (the margin seen over 1,472 cases was one send)."""
     rng = np.random.default_rng(seed)
-    for _ in range(25):
-        P, v = int(rng.choice([2, 3, 4, 6, 8])), int(rng.integers(1, 5))
-        c = P * int(rng.choice([1, 2, 3]))
+    for _ in range(20):
+        P = int(rng.choice([2, 3, 4, 6, 8]))
+        v, c = _shapes(schedule, P)[int(rng.integers(len(_shapes(schedule, P))))]
         F, I, W = rng.uniform(0.01, 1.0, 3)
         send = min(F, I, W) * float(rng.choice([1.0, rng.uniform(0, 1)]))
         program = type("P", (), {"stages": P * v, "pipeline_degree": P})
-        added = _equal_chunks(P, c, v, F, I, W, send) - _equal_chunks(P, c, v, F, I, W, 0.0)
+        added = _equal_chunks(schedule, P, c, v, F, I, W, send) - _equal_chunks(schedule, P, c, v, F, I, W, 0.0)
         assert added <= split_send_hops(program) * send * (1 + 1e-9)
 
 
@@ -59,28 +74,32 @@ def test_every_stage_has_stage_zeros_peaks(P):
             assert ZERO_BUBBLE.held_patterns(P, c, v) == [list(map(list, peaks)) for peaks in own]
 
 
-def _case(seed: int, v: int, chain: bool = False) -> StageProgram:
+def _case(seed: int, v: int, chain: bool = False, schedule: str = ZERO_BUBBLE.name) -> StageProgram:
     """A random zero-bubble program: runs of identical layers (or an embedding, blocks and a head: `chain`),
     layout classes and memory tight enough to bind in some cases."""
     rng = np.random.default_rng(30_000 + seed)
     P = 2
     L = int(rng.integers(P * v + 1, 8)) if v > 1 else int(rng.integers(3, 8))
     K = int(rng.integers(1, 4))
+    c = P * int(rng.integers(1, 3)) if schedule == ZERO_BUBBLE.name else 2 * P + int(rng.integers(0, 3))
     if chain:
         runs = [1, L - 2, 1]
     else:
         cuts = sorted(rng.choice(np.arange(1, L), size=int(rng.integers(0, 3)), replace=False).tolist())
         runs = np.diff([0, *cuts, L]).tolist()
     memory = float(rng.uniform(20, 60)) if rng.random() < 0.7 else None
-    return random_program(seed, layers=L, strategies=K, stages=P, micro_batches=P * int(rng.integers(1, 3)),
-                          runs=runs, memory=memory, schedule=ZERO_BUBBLE.name, virtual_stages=v,
+    return random_program(seed, layers=L, strategies=K, stages=P, micro_batches=c, runs=runs, memory=memory,
+                          schedule=schedule, virtual_stages=v,
                           layouts=sorted(rng.integers(0, 2, K).tolist()) if rng.random() < 0.5 else None)
 
 
-@pytest.mark.parametrize("v", [1, 2])
-@pytest.mark.parametrize("seed", range(16))
-def test_zero_bubble_milp_matches_reference(v, seed):
-    program = _case(seed, v)
+CASES = [(ZERO_BUBBLE.name, 1), (ZERO_BUBBLE.name, 2), (ZERO_BUBBLE_V.name, 2), (DUALPIPE_V.name, 2)]
+
+
+@pytest.mark.parametrize("schedule, v", CASES)
+@pytest.mark.parametrize("seed", range(12))
+def test_zero_bubble_milp_matches_reference(schedule, v, seed):
+    program = _case(seed, v, schedule=schedule)
     reference = solve_reference(program)
     for fold in (True, False):
         solution = solve(program, fold=fold)
@@ -92,11 +111,11 @@ def test_zero_bubble_milp_matches_reference(v, seed):
         assert solution.objective == pytest.approx(evaluate(program, solution.stage_of, solution.strategy_of))
 
 
-@pytest.mark.parametrize("v", [1, 2])
+@pytest.mark.parametrize("schedule, v", CASES)
 @pytest.mark.parametrize("seed", range(6))
-def test_zero_bubble_encode_gives_the_evaluated_objective(v, seed):
+def test_zero_bubble_encode_gives_the_evaluated_objective(schedule, v, seed):
     """The MILP's objective at a plan's point is the formula's value there, and the cheap bound is below it."""
-    program = _case(seed, v)
+    program = _case(seed, v, schedule=schedule)
     form = Formulation(program, reduce_program(program, fold=True))
     rng = np.random.default_rng(seed)
     L, S = program.layers, program.stages
@@ -112,12 +131,12 @@ def test_zero_bubble_encode_gives_the_evaluated_objective(v, seed):
         assert lower_bound(program) <= value * (1 + 1e-9)
 
 
-@pytest.mark.parametrize("v", [1, 2])
-@pytest.mark.parametrize("seed", range(16))
-def test_device_group_bound_never_exceeds_the_optimum(v, seed):
+@pytest.mark.parametrize("schedule, v", CASES)
+@pytest.mark.parametrize("seed", range(12))
+def test_device_group_bound_never_exceeds_the_optimum(schedule, v, seed):
     """An embedding, identical blocks and a head: the bound by group contents is at most the oracle's optimum
     (inf exactly when nothing fits), at least the floor it is given, and capped at a cut-off."""
-    program = _case(seed, v, chain=True)
+    program = _case(seed, v, chain=True, schedule=schedule)
     reference = solve_reference(program)
     floor = lower_bound(program)
     bound = split_group_bound(program, floor)

@@ -22,7 +22,7 @@ def choices(name: str, values) -> type[Enum]:
 Fmt = choices("Fmt", ("table", "json"))
 Precision = choices("Precision", PRECISIONS)
 Schedule = choices("Schedule", SCHEDULES)
-Search = choices("Search", ("all", *SCHEDULES))
+Search = choices("Search", ("default", "all", *SCHEDULES))
 Kernels = choices("Kernels", KERNELS)
 AttentionKernel = choices("AttentionKernel", ATTENTIONS)
 

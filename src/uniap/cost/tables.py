@@ -437,6 +437,7 @@ def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, st
                         inflight=np.array(ran.inflight(stages, micro_batches, virtual_stages), dtype=float),
                         memory_capacity=cluster.memory_capacity, group=groups, virtual_stages=virtual_stages,
                         held=held_array(ran, stages, micro_batches, virtual_stages) if ran.interleaved else None,
+                        placement=placement(ran, stages, virtual_stages),
                         weight_gradient=weights, split_schedule=ran.name if ran.split_backward else None)
 
 
@@ -538,6 +539,13 @@ def _group_ids(layers) -> np.ndarray:
         ids.append(current)
         last = sig
     return np.array(ids, dtype=int)
+
+
+def placement(schedule: Schedule, stages: int, virtual_stages: int) -> np.ndarray | None:
+    """StageProgram.placement: each chunk's device group where the schedule does not put chunk j on j mod P."""
+    chunks = np.arange(stages * virtual_stages)
+    groups = np.array([schedule.stage_of_chunk(int(j), stages) for j in chunks], dtype=int)
+    return None if np.array_equal(groups, chunks % stages) else groups
 
 
 def held_array(schedule: Schedule, stages: int, micro_batches: int, virtual_stages: int) -> np.ndarray:

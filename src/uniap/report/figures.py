@@ -293,17 +293,18 @@ def draw_memory(fig: Figure, slot, peak: list[float], device: float | None, rese
 def draw_stage_times(fig: Figure, slot, predicted: list[float], measured: list[float] | None = None,
                      chunks: list[float] | None = None):
     """Forward + backward time of one micro-batch on each stage: predicted (cost model), stacked by chunk under
-    interleaving (`chunks`: per chunk, chunk j on stage j mod P), and measured when a run is given."""
+    interleaving (`chunks`: per chunk position k, per stage, the stage's k-th chunk), and measured when a run is
+    given."""
     ax = fig.add_subplot(slot)
     P = len(predicted)
     x = np.arange(P)
     scale, unit = _unit(max(list(predicted) + list(measured or [])) or 1.0)
     width = 0.38 if measured is not None else 0.6
     left = x - (width / 2 if measured is not None else 0)
-    v = len(chunks) // P if chunks is not None else 1
+    v = len(chunks) if chunks is not None else 1
     if v > 1:
         keys = chunk_keys(v)
-        per_chunk = np.asarray(chunks, dtype=float).reshape(v, P) * scale
+        per_chunk = np.asarray(chunks, dtype=float) * scale  # [k, d]: stage d's k-th chunk
         _stacked(ax, left, [(per_chunk[k], dict(color=shade(PREDICTED, k, v), edgecolor="white", linewidth=0.3,
                                                  label=f"predicted, {_ordinal(k + 1)} chunk" if k in keys else None))
                             for k in range(v)], width)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from uniap.schedules import schedule_named
 from uniap.errors import UniapError
 from uniap.jsonfile import digest
 from uniap.plans import Plan
@@ -107,7 +108,8 @@ def _from_plan_file(plan: Plan, why: UniapError) -> Figures:
     peak = [float(x) for x in pred.get("peak_memory_bytes", [])]  # the framework reserve included
     device = pred.get("memory_capacity_bytes")  # the whole device (what `predict` writes)
     return Figures(p=p, o=[0.0] * (P * v - 1), g=[0.0] * P,
-                   chunk_p=[p[j % P] / v for j in range(P * v)] if v > 1 else None,
+                   chunk_p=[p[schedule_named(plan.pipeline.schedule).stage_of_chunk(j, P)] / v for j in range(P * v)]
+                   if v > 1 else None,
                    peak=peak if len(peak) == P else [0.0] * P, device=float(device) if device else None,
                    tpi=pred.get("iteration_time_s"),
                    note=f"not re-costed ({why}): stage times from the plan file, sends and sync not shown, "
@@ -165,8 +167,16 @@ def _panels(plan: Plan, fig: Figures, measured: dict | None, boxes: list[Box]):
         ("memory", lambda f, slot: figures.draw_memory(f, slot, fig.peak, fig.device, fig.reserve, fig.states,
                                                        fig.activations, m.get("peak_memory_bytes"))),
         ("stage-times", lambda f, slot: figures.draw_stage_times(f, slot, fig.p, m.get("stage_time_s"),
-                                                                 fig.chunk_p)),
+                                                                 _by_position(plan, fig.chunk_p))),
     ]
+
+
+def _by_position(plan: Plan, chunk_p: list[float] | None) -> list[list[float]] | None:
+    """Per chunk position k, per stage: the time of the stage's k-th chunk (None without chunks)."""
+    if chunk_p is None:
+        return None
+    P, placed = len(plan.stages), schedule_named(plan.pipeline.schedule)
+    return [[chunk_p[placed.chunk_at(d, k, P)] for d in range(P)] for k in range(plan.virtual_stages)]
 
 
 def _timeline_height(P: int, boxes: list[Box], c: int) -> float:
@@ -404,8 +414,9 @@ def _stage_table(plan: Plan, fig: Figures, measured: dict) -> str:
         if v == 1:
             layers = f"<pre class=nw>{e(_span(plan, *stage.ranges[0]))}</pre>"
         else:
+            chunk = [schedule_named(plan.pipeline.schedule).chunk_at(i, k, P) for k in range(v)]
             layers = "<pre class=nw>" + "\n".join(
-                f"c{i + k * P}: {e(_span(plan, a, b))}, {_fmt_time(fig.chunk_p[i + k * P])}"
+                f"c{chunk[k]}: {e(_span(plan, a, b))}, {_fmt_time(fig.chunk_p[chunk[k]])}"
                 for k, (a, b) in enumerate(stage.ranges)) + "</pre>"
         cells = [str(i), ranks, layers, f"<pre>{e(_strategies(plan, i))}</pre>", _fmt_time(fig.p[i])]
         if measured.get("stage_time_s") is not None:

@@ -60,7 +60,7 @@ def simulate(schedule: str, p, o, g, micro_batches: int, virtual_stages: int = 1
         if op.kind == "F" and j < S - 1:
             boxes.append(Box(i, "send", op.micro, op.end, op.end + send[j] / 2))
         if op.kind in ("B", "I") and j > 0:
-            boxes.append(Box((j - 1) % P, "send-grad", op.micro, op.end, op.end + send[j - 1] / 2))
+            boxes.append(Box(chosen.stage_of_chunk(j - 1, P), "send-grad", op.micro, op.end, op.end + send[j - 1] / 2))
         free[i] = op.end
     for i in range(P):
         boxes.append(Box(i, "sync", -1, free[i], free[i] + float(g[i])))

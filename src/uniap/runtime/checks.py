@@ -40,9 +40,18 @@ class RunShape:
     def strategy(self, layer: int) -> Strategy:
         return self.plan.layers[layer].strategy
 
+    def stage_of_chunk(self, chunk: int) -> int:
+        """The stage that runs global chunk `chunk` (`Schedule.stage_of_chunk`: j mod pp, or a V)."""
+        return schedule_named(self.schedule).stage_of_chunk(chunk, self.pp)
+
+    @property
+    def head_stage(self) -> int:
+        """The stage that runs the chain's last chunk (the head): pp − 1, or 0 under a V schedule."""
+        return self.stage_of_chunk(self.pp * self.virtual_stages - 1)
+
     def chunk_range(self, chunk: int) -> tuple[int, int]:
-        """(first, last) layer of global chunk `chunk` (chunk j on stage j mod pp; the stages when v = 1)."""
-        return self.plan.stages[chunk % self.pp].ranges[chunk // self.pp]
+        """(first, last) layer of global chunk `chunk` (on its stage, at position chunk // pp)."""
+        return self.plan.stages[self.stage_of_chunk(chunk)].ranges[chunk // self.pp]
 
     def stage_of_rank(self, rank: int) -> tuple[int, int]:
         """(stage index, position of `rank` inside the stage's rank list)."""

@@ -74,7 +74,7 @@ class ParallelModel:
 
     def counts_loss(self) -> bool:
         """Whether this rank's loss share counts toward the global loss (one rank per tp group of the head)."""
-        return self.topo.stage == self.shape.pp - 1 and self.topo.position % self.built.out_layout.tp == 0
+        return self.topo.stage == self.shape.head_stage and self.topo.position % self.built.out_layout.tp == 0
 
     def global_loss(self, local: float) -> float:
         """The step's global mean loss (and the MoE blocks' load-balancing losses) from every rank's share."""

@@ -10,7 +10,7 @@ of a slice, activations are re-laid out (`relayout.py`; also between layers of d
 arrives in the layout of the previous chunk's last layer (chunk 0 gets the whole micro-batch of tokens on
 every rank, and the embedding takes its rows and sequence chunks from it). Every attention runs the kernel of
 the plan's engine (`decoder.use_attention_kernel`). Under the interleaved schedule a rank runs v slices
-("chunks"), chunk j of the chain on stage j mod P.
+("chunks"), chunk j of the chain on the stage the schedule places it (`Schedule.chunk_at`: j mod P, or a V).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
 from uniap.models.decoder import Block, DecoderSlice, configure_aux_losses, use_attention_kernel
+from uniap.schedules import schedule_named
 from uniap.runtime.checks import RunShape
 from uniap.runtime.context_parallel import apply_context_parallel
 from uniap.runtime.data_parallel import apply_data_parallel
@@ -121,8 +122,9 @@ def build_stage(shape: RunShape, topo: Topology, seed: int, device: torch.device
     one_rank = None
     if precision.mixed and shape.stage_size == 1:  # every rank's layers are single-rank ones
         one_rank = single_rank_mesh(topo.rank, shape.world, device.type)
-    chunks = [_build_chunk(shape, topo, seed, device, k * shape.pp + topo.stage, precision, one_rank, aux_loss_coef,
-                           layers) for k in range(shape.virtual_stages)]
+    placed = schedule_named(shape.schedule)
+    chunks = [_build_chunk(shape, topo, seed, device, placed.chunk_at(topo.stage, k, shape.pp), precision, one_rank,
+                           aux_loss_coef, layers) for k in range(shape.virtual_stages)]
     module = chunks[0].module if len(chunks) == 1 else RankLayers([c.module for c in chunks])
     return BuiltStage(module=module, chunks=chunks)
 

@@ -91,8 +91,8 @@ class StepRunner:
         self.scaler = LossScaler(group=dist.group.WORLD) if self.precision.scales_loss else None
         self.loss_fn = make_loss_fn(shape, built, topo.position, self.scaler)
         self._loss_calls = 0
-        self.is_first = topo.stage == 0
-        self.is_last = topo.stage == shape.pp - 1
+        self.is_first = topo.stage == 0  # it runs chunk 0, whatever the placement
+        self.is_last = topo.stage == shape.head_stage
         self.schedule = None
         self.split_backward = shape.pp > 1 and schedule_named(shape.schedule).split_backward
         if shape.pp > 1:
@@ -105,7 +105,7 @@ class StepRunner:
         # Group ranks follow global rank order; chunk j sits wherever its stage's rank falls in that order.
         members = [s.ranks[topo.position] for s in shape.plan.stages]
         order = sorted(members)
-        to_group_rank = {j: order.index(members[j % shape.pp]) for j in range(chunks)}
+        to_group_rank = {j: order.index(members[shape.stage_of_chunk(j)]) for j in range(chunks)}
         stages = []
         for chunk in self.built.chunks:
             stage = _TimedStage(chunk.module, chunk.index, chunks, self.device, input_args=self._static_input(chunk),
@@ -155,7 +155,9 @@ class StepRunner:
             return self._accumulate(tokens, targets)
         losses: list[torch.Tensor] = []
         self._loss_calls = 0
-        if self.is_first:
+        if self.is_first and self.is_last:  # a V: stage 0 runs both ends of the chain
+            self.schedule.step(tokens, target=targets, losses=losses)
+        elif self.is_first:
             self.schedule.step(tokens)
         elif self.is_last:
             self.schedule.step(target=targets, losses=losses)

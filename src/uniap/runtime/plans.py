@@ -12,6 +12,7 @@ from dataclasses import replace
 from uniap.errors import UniapError
 from uniap.models.decoder import check_supported, layer_names
 from uniap.plans import LayerPlan, Plan, StagePlan
+from uniap.schedules import schedule_named
 from uniap.spec.families import build_layers
 from uniap.spec.model import ModelConfig
 from uniap.strategies import Strategy
@@ -41,7 +42,7 @@ def uniform_plan(config: ModelConfig, world: int, *, pp: int = 1, dp: int | None
     leaves). `recompute`: a level of `strategies.RECOMPUTE_LEVELS` (or a bool: full or none). `engine`: the
     cluster's engine entry ({"attention": "standard"}, ...; None: none recorded, the runtime runs flash).
     `stage_layers`: layers per stage (sums to layers + 2) — per chunk under the interleaved schedule
-    (`virtual_stages` v > 1: pp·v counts, chunk j on stage j mod pp). `per_layer`: {chain index or layer name:
+    (`virtual_stages` v > 1: pp·v counts, chunk j on stage `Schedule.stage_of_chunk(j)`). `per_layer`: {chain index or layer name:
     Strategy or a dict of fields to change from the default strategy}, for mixed plans. `hf_config`: the Hugging
     Face config `config` was read from, for plans that run on transformers (`uniap run --impl transformers`).
     """
@@ -81,18 +82,20 @@ def uniform_plan(config: ModelConfig, world: int, *, pp: int = 1, dp: int | None
         if not isinstance(idx, int) or not 0 <= idx < n:
             raise UniapError(f"per_layer key {key!r} is not a layer of the chain")
         strategies[idx] = value if isinstance(value, Strategy) else replace(default, **value)
+    ran = schedule_named(schedule)
     ranges, layers, first = [], [], 0
     for j, count in enumerate(stage_layers):
         last = first + count - 1
         ranges.append((first, last))
         for u in range(first, last + 1):
-            layers.append(LayerPlan(index=u, name=names[u], stage=j % pp, strategy=strategies[u],
+            layers.append(LayerPlan(index=u, name=names[u], stage=ran.stage_of_chunk(j, pp), strategy=strategies[u],
                                     chunk=j if virtual_stages > 1 else None))
         first = last + 1
     stages = []
     for s in range(pp):
-        mine = tuple(ranges[s::pp])
-        stages.append(StagePlan(index=s, ranks=tuple(range(s * size, (s + 1) * size)), layers=(mine[0][0], mine[-1][1]),
+        mine = tuple(ranges[ran.chunk_at(s, k, pp)] for k in range(virtual_stages))
+        stages.append(StagePlan(index=s, ranks=tuple(range(s * size, (s + 1) * size)),
+                                layers=(min(r[0] for r in mine), max(r[1] for r in mine)),
                                 chunks=mine if virtual_stages > 1 else ()))
     plan = Plan(
         model={"name": config.name, "layers": n, "parameters": decoder_parameters(config), "seq_len": seq_len,

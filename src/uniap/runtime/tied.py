@@ -71,8 +71,8 @@ def build_tied_gradients(shape: RunShape, topo: Topology, module: torch.nn.Modul
     if not shape.config.tied_embeddings:
         return None
     pair = None
-    if shape.pp > 1:
-        first, last = shape.plan.stages[0].ranks, shape.plan.stages[-1].ranks
+    if shape.pp > 1 and shape.head_stage != 0:  # a V holds both copies on stage 0: summed there
+        first, last = shape.plan.stages[0].ranks, shape.plan.stages[shape.head_stage].ranks
         pair = new_groups([[first[p], last[p]] for p in range(shape.stage_size)], topo.rank)
     copies = []
     if getattr(module, "embed", None) is not None:

@@ -45,7 +45,7 @@ import numpy as np
 from uniap.solve.linear import Builder, Expr, LinearModel, Row, minus, named, plus, scaled, term
 from uniap.program import StageProgram
 from uniap.schedules import FORWARD_SHARE, schedule_named
-from uniap.solve.program import (SEND_HIDING, interleaved_slots, lower_bound, split_bubble, split_levels, split_passes,
+from uniap.solve.program import (SEND_HIDING, interleaved_slots, least_bubble, lower_bound, split_levels, split_passes,
                                  split_send_hops, stage_times)
 from uniap.solve.reduce import Reduced, Run
 
@@ -190,13 +190,12 @@ class Formulation:
         infl = np.asarray(program.inflight, dtype=float)
         cap = float(program.memory_capacity)
         v = program.virtual_stages
-        groups = [range(d, P, program.pipeline_degree) for d in range(program.pipeline_degree)]
+        groups = [[int(i) for i in chunks] for chunks in program.group_chunks]  # each device group's chunks
         terms = [self._stage_terms(i) for i in range(P)]
         c = program.micro_batches
         objective = [term(self.H)] + ([] if self.split else [o for _, o, _ in terms])
         if self.split:  # the sends are in the chunks' passes (solve.program.split_passes)
-            objective += [term(self.level, float(c * v)), term(self.over, float(c)),
-                          term(self.bubble, float(program.pipeline_degree - 1)),
+            objective += [term(self.level, float(c * v)), term(self.over, float(c)), term(self.bubble),
                           term(self.send, float(split_send_hops(program)))]
             self.add_split_levels_constraint(bld, terms)
         elif v == 1:
@@ -330,7 +329,7 @@ class Formulation:
                 bld.row(plus(o, term(self.send, -1.0)), hi=0, name=named("send", stage=i))
         for kind in range(len(PASSES)):
             bld.row(plus(term(self.send), term(self.level[kind], -1.0)), hi=0, name=named(f"{PASSES[kind]}_level_send"))
-        for q, piece in enumerate(schedule_named(program.split_schedule).bubble_terms):
+        for q, piece in enumerate(schedule_named(program.split_schedule).bubble(program.pipeline_degree)):
             bld.row(plus(term(self.level, np.asarray(piece, dtype=float)), term(self.bubble, -1.0)), hi=0,
                     name=named("bubble", piece=q))
 
@@ -338,16 +337,17 @@ class Formulation:
         """Interleaved: each device group runs a stretch of identical layers under one strategy, in all of its
         chunks (solve.reduce): one binary per strategy and group ("strategy_chosen": they sum to 1), the group's
         counts ≤ the run's length · chosen ("one_strategy")."""
-        P = self.program.pipeline_degree
+        chunks = self.program.group_chunks
         for q, (_, covering) in enumerate(self.reduced.shared()):
             keys = sorted({int(k) for r in covering for k in self.reduced.runs[r].keep})
-            for d in range(P):
+            for d in range(self.program.pipeline_degree):
                 chosen = bld.variables(len(keys), 0, 1, integer=True, name=f"chosen[stretch={q},group={d}]")
                 bld.row(term(chosen), 1, 1, name=named("strategy_chosen", stretch=q, group=d))
                 for r in covering:
                     run = self.reduced.runs[r]
                     for j, k in enumerate(run.keep):
-                        bld.row(plus(term(self.n[r][d::P, j]), term(chosen[keys.index(int(k))], -float(run.length))),
+                        bld.row(plus(term(self.n[r][chunks[d], j]), term(chosen[keys.index(int(k))],
+                                                                            -float(run.length))),
                                 hi=0, name=named("one_strategy", run=r, group=d, strategy=int(k)))
 
     def _group_count_rows(self, bld: Builder, groups) -> None:
@@ -536,11 +536,12 @@ class Formulation:
         if self.split:
             passes = split_passes(times.chunk_p[None, :], times.chunk_w[None, :])
             send = times.o.max(initial=0.0)
-            level = np.concatenate(split_levels(passes, program.virtual_stages, np.array([send])))
-            x[self.level] = level / self.scale
-            x[self.over] = np.maximum(np.concatenate(passes) - level[:, None], 0.0) / self.scale
-            pieces = schedule_named(program.split_schedule).bubble_terms
-            x[self.bubble] = max(0.0, float(split_bubble(pieces, *level))) / self.scale
+            low, high = split_levels(passes, program.virtual_stages, np.array([send]))
+            bubble, level = least_bubble(schedule_named(program.split_schedule).bubble(program.pipeline_degree),
+                                         low, high)
+            x[self.level] = level[0] / self.scale
+            x[self.over] = np.maximum(np.concatenate(passes) - level[0][:, None], 0.0) / self.scale
+            x[self.bubble] = float(bubble[0]) / self.scale
             x[self.send] = send / self.scale
             return x
         if program.virtual_stages == 1:

@@ -30,6 +30,8 @@ number everywhere; the MILP's own objective is only trusted after `evaluate` has
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -133,23 +135,16 @@ def _device_memory(program: StageProgram, static: np.ndarray, activation: np.nda
     """(N, P) peak bytes per device group from per-chunk static bytes and activation bytes per micro-batch (N, S)."""
     if program.held is None:
         return _per_device(program, static + activation * np.asarray(program.inflight, dtype=float))
-    P, v = program.pipeline_degree, program.virtual_stages
-    per_chunk = activation.reshape(activation.shape[0], v, P)  # chunk k·P + d → [:, k, d]
+    chunks = program.group_chunks  # [d, k]: group d's position-k chunk
     held = np.asarray(program.held, dtype=float)
-    peak = np.stack([(per_chunk[:, :, d] @ held[d].T).max(axis=1) for d in range(P)], axis=1)
+    peak = np.stack([(activation[:, chunks[d]] @ held[d].T).max(axis=1) for d in range(program.pipeline_degree)],
+                    axis=1)
     return _per_device(program, static) + peak
 
 
 def _per_device(program: StageProgram, per_chunk: np.ndarray) -> np.ndarray:
-    """(N, P) sums over each device group's chunks of an (N, k ≤ S) per-chunk array (chunk j on group j mod P)."""
-    return _group_sums(per_chunk, program.pipeline_degree)
-
-
-def _group_sums(per_chunk: np.ndarray, groups: int) -> np.ndarray:
-    out = np.zeros((per_chunk.shape[0], groups))
-    for j in range(per_chunk.shape[1]):
-        out[:, j % groups] += per_chunk[:, j]
-    return out
+    """(N, P) sums over each device group's chunks of an (N, S) per-chunk array."""
+    return per_chunk[:, program.group_chunks].sum(axis=2)
 
 
 def _feasible_many(program: StageProgram, strategies: np.ndarray, memory: np.ndarray) -> np.ndarray:
@@ -180,33 +175,34 @@ def split_backward_tpi(program: StageProgram, p: np.ndarray, o: np.ndarray, w: n
     """(N,) TPI without the gradient sync of a schedule that splits the backward (zero bubble), from per-chunk
     times p (N, S), sends o (N, S − 1) and weight passes w (N, S):
 
-        Σ_x c·(v·x̂ + Σ_j (x_j − x̂)⁺)  over the passes x = F, I, W  +  (P − 1)·max_pieces(F̂, Î, Ŵ)  +  κ·ô
+        min over levels (F̂, Î, Ŵ) ≥ ô of  Σ_x c·(v·x̂ + Σ_j (x_j − x̂)⁺)  +  max_pieces(F̂, Î, Ŵ)  +  κ·ô
 
-    with ô the largest send, κ = (S − 1) + 2·(P − 1) (every boundary once, and the fill's and the drain's hops
-    once more), and the levels F̂ = max(F_{v+1}, ô), Î = max(I_{v+1}, ô), Ŵ = max(W_v, ô) (x_k: the k-th longest
-    of the chunks' passes, `split_passes`; pieces: the schedule's `bubble_terms`). Above ô, F̂ + … is c times the
-    v longest forwards, and so on.
+    over the passes x = F, I, W of the chunks (`split_passes`), with ô the largest send, κ = (S − 1) + 2·(P − 1)
+    (every boundary once, and the fill's and the drain's hops once more) and the schedule's `bubble` pieces.
 
     Why it bounds the event simulation of the schedule's order (report.timeline) from above: that simulation is
     the longest path through the operations, so it rises with every duration and send; a path holds at most c
     operations of each kind of each chunk, so lowering a chunk's F, I or W by δ lowers it by at most c·δ. So
     with every send at ô and every pass at most its level, it is at most the equal-chunk time at the levels
-    plus c times each pass's excess over its level. On equal chunks the time is c·v·(F + I + W) + (P − 1)·
-    max_pieces(F, I, W) (`Schedule.bubble_terms`), and sends of ô ≤ min(F, I, W) add at most κ·ô (measured on
-    1,472 random equal-chunk pipelines up to P = 16, v = 8: at most κ − 1; tests/solve/test_schedules.py).
-    The levels minimise the bound: each level's own terms are least between its v-th and (v+1)-th longest
-    pass, where the bubble, whose slope is below c since c ≥ P, takes the lower F̂, Î and the higher Ŵ. On
-    equal chunks without sends it is exact; on uneven ones about as tight as the interleaved formula
-    (tests/solve/test_schedule_bounds.py)."""
+    plus c times each pass's excess over its level. On equal chunks the time is c·v·(F + I + W) + max_pieces(F,
+    I, W) (`Schedule.bubble`), and sends of ô ≤ min(F, I, W) add at most κ·ô (measured on 1,472 random
+    equal-chunk pipelines up to P = 16, v = 8, and on the V schedules: at most κ − 1; tests/solve/
+    test_solve_zero_bubble.py). The least over the levels is exact: each level's own terms are flat between its
+    v-th and (v+1)-th longest pass and rise at least c per unit outside, more than the bubble's slope (below c
+    for every schedule: c ≥ P, or ≥ 2P for the V schedules), so the levels lie in that box, where the bubble's
+    least is a small linear program (`least_bubble`). Above ô, Σ_x c·(…) is c times the v longest passes of
+    each kind. On equal chunks without sends it is exact; on uneven ones about as tight as the interleaved
+    formula (tests/solve/test_schedule_bounds.py)."""
     schedule = schedule_named(program.split_schedule)
     c, v, P = program.micro_batches, program.virtual_stages, program.pipeline_degree
     passes = split_passes(p, w)
     send = o.max(axis=1, initial=0.0)
-    levels = split_levels(passes, v, send)
-    value = sum(c * (v * level + np.maximum(x - level[:, None], 0.0).sum(axis=1)) for x, level in zip(passes, levels))
+    low, high = split_levels(passes, v, send)
+    value = sum(c * (v * level + np.maximum(x - level[:, None], 0.0).sum(axis=1))
+                for x, level in zip(passes, high.T))
     if P == 1:
         return value
-    return value + (P - 1) * split_bubble(schedule.bubble_terms, *levels) + split_send_hops(program) * send
+    return value + least_bubble(schedule.bubble(P), low, high)[0] + split_send_hops(program) * send
 
 
 def split_passes(p: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -217,17 +213,56 @@ def split_passes(p: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     return F, p - F - W, W
 
 
-def split_levels(passes, v: int, send: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(F̂, Î, Ŵ), each (N,): the levels `split_backward_tpi` prices the equal-chunk time at."""
-    F, I, W = (-np.sort(-x, axis=1) for x in passes)
-    S = F.shape[1]
-    below = min(v, S - 1)  # the (v+1)-th longest (one stage: every chunk is in the steady state)
-    return np.maximum(F[:, below], send), np.maximum(I[:, below], send), np.maximum(W[:, v - 1], send)
+def split_levels(passes, v: int, send: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high), each (N, 3): the box of levels (F̂, Î, Ŵ) where `split_backward_tpi`'s least lies, from each
+    kind's (v+1)-th longest pass to its v-th, none below the largest send (then the box is that send)."""
+    ordered = [-np.sort(-x, axis=1) for x in passes]
+    below = min(v, ordered[0].shape[1] - 1)  # the (v+1)-th longest (one stage: every chunk is in the steady state)
+    low = np.stack([np.maximum(x[:, below], send) for x in ordered], axis=1)
+    high = np.stack([np.maximum(x[:, v - 1], send) for x in ordered], axis=1)
+    return low, high
 
 
-def split_bubble(pieces, F, I, W) -> np.ndarray:
-    """The largest of a schedule's fill-and-drain pieces a·F + b·I + d·W (`Schedule.bubble_terms`)."""
-    return np.max([a * F + b * I + d * W for a, b, d in pieces], axis=0)
+def least_bubble(pieces, low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """((N,) the least over the box [low, high] (N, 3) of max_q pieces_q · (F̂, Î, Ŵ), (N, 3) where): a linear
+    program in three variables, solved by trying its vertices (`_bubble_vertices`: a coordinate at either end of
+    its range, or where pieces tie), as points linear in the box's ends."""
+    maps, A = _bubble_vertices(tuple(tuple(float(x) for x in q) for q in pieces))
+    ends = np.concatenate([low, high], axis=1)  # (N, 6)
+    points = np.einsum("cij,nj->nci", maps, ends)  # (N, vertices, 3)
+    tol = 1e-12 * np.maximum(np.abs(ends).max(axis=1), 1.0)[:, None, None]
+    inside = ((points >= low[:, None, :] - tol) & (points <= high[:, None, :] + tol)).all(axis=2)
+    values = np.where(inside, (points @ A.T).max(axis=2), np.inf)
+    best = values.argmin(axis=1)
+    rows = np.arange(len(best))
+    return values[rows, best], points[rows, best]
+
+
+@functools.lru_cache(maxsize=64)
+def _bubble_vertices(pieces: tuple[tuple[float, ...], ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(maps (vertices, 3, 6), pieces (Q, 3)): every vertex of min over a box of max_q a_q·x, as a linear map of
+    the box's ends (low, high): each coordinate at its low or high end, or free, with as many ties between pieces
+    as free coordinates (a_q·x = a_q'·x; the pieces have no constant term)."""
+    A = np.array(pieces, dtype=float)
+    maps = []
+    for pattern in itertools.product(("low", "high", "free"), repeat=3):
+        free = [k for k in range(3) if pattern[k] == "free"]
+        fixed = np.zeros((3, 6))  # x = fixed @ (low, high) on the fixed coordinates
+        for k in range(3):
+            if pattern[k] != "free":
+                fixed[k, k + (3 if pattern[k] == "high" else 0)] = 1.0
+        if not free:
+            maps.append(fixed)
+            continue
+        for tied in itertools.combinations(range(len(A)), len(free) + 1):
+            diff = A[list(tied[1:])] - A[tied[0]]  # (f, 3): diff·x = 0
+            square = diff[:, free]
+            if abs(np.linalg.det(square)) < 1e-12:
+                continue
+            solved = fixed.copy()
+            solved[free] = -np.linalg.solve(square, diff @ fixed)  # x_free = −M⁻¹·(diff on the fixed part)
+            maps.append(solved)
+    return np.array(maps), A
 
 
 def split_send_hops(program: StageProgram) -> int:
@@ -315,14 +350,13 @@ def _peak_held(program: StageProgram, stage_of: np.ndarray, strategy_of: np.ndar
     infl = np.asarray(program.inflight, dtype=float)
     if program.held is None:
         return infl.copy()
-    P = program.pipeline_degree
     ok = np.asarray(program.allowed)
     ma = np.where(ok, np.asarray(program.Ma, dtype=float), 0.0)[np.arange(program.layers), strategy_of]
-    per_chunk = np.bincount(stage_of, weights=ma, minlength=program.stages).reshape(program.virtual_stages, P)
+    per_chunk = np.bincount(stage_of, weights=ma, minlength=program.stages)
     held = np.asarray(program.held, dtype=float)
     out = np.empty(program.stages)
-    for d in range(P):
-        out[d::P] = held[d][int(np.argmax(held[d] @ per_chunk[:, d]))]
+    for d, chunks in enumerate(program.group_chunks):
+        out[chunks] = held[d][int(np.argmax(held[d] @ per_chunk[chunks]))]
     return out
 
 
@@ -357,7 +391,10 @@ def lower_bound(program: StageProgram) -> float:
     sync = float(row_min(program.G) @ count) / P
     memory = Ms + infl.min() * Ma
     if program.split_schedule is not None:
-        return max(_split_bound(P, program.micro_batches, v, S, float(a.max())) + sync,
+        # the bubble is at least β·F̂ whatever Î and Ŵ: β the largest F coefficient of a piece rising with I and W
+        beta = max((a for a, b, d in schedule_named(program.split_schedule).bubble(P) if b >= 0 and d >= 0),
+                   default=0.0)
+        return max(_split_bound(program.micro_batches, v, S, float(a.max()), P, beta) + sync,
                    _memory_dual_bound(program, memory, cap * P, rows, count))
     sends = least_sends(program, np.asarray(program.allowed))
     simple = (S + sends) / v + (program.micro_batches - 1 / v) * max(S / P, float(a.max())) + sync
@@ -367,13 +404,13 @@ def lower_bound(program: StageProgram) -> float:
     return max(simple, _memory_dual_bound(program, memory, cap * P, rows, count) + sends / v)
 
 
-def _split_bound(P: int, c: int, v: int, S: float, largest: float) -> float:
+def _split_bound(c: int, v: int, S: float, largest: float, P: int, beta: float) -> float:
     """A lower bound on `split_backward_tpi` (without the sync) for chunk times adding up to at least S with a
     layer of `largest` seconds in one: its steady state is at least c times the v longest chunks, which hold at
-    least S/P and the largest layer, and its bubble at least (P − 1)·F_{v+1} ≥ (P − 1)·FORWARD_SHARE·p_{v+1}.
-    With T the v longest and b the next, S ≤ T + (P − 1)·v·b and T ≥ v·b, so c·T + (P − 1)·FORWARD_SHARE·b is
-    least at equal chunks: c·S/P + (P − 1)·FORWARD_SHARE·S/(P·v)."""
-    return max(c * S / P + (P - 1) * FORWARD_SHARE * S / (P * v), c * largest)
+    least S/P and the largest layer, and its bubble at least β·F̂ ≥ β·FORWARD_SHARE·p_{v+1}. With T the v longest
+    and b the next, S ≤ T + (P − 1)·v·b and T ≥ v·b, so c·T + β·FORWARD_SHARE·b is least at equal chunks:
+    c·S/P + β·FORWARD_SHARE·S/(P·v)."""
+    return max(c * S / P + beta * FORWARD_SHARE * S / (P * v), c * largest)
 
 
 SLOT_ROUNDS = 3

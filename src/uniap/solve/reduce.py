@@ -115,7 +115,7 @@ def one_strategy_groups(program: StageProgram, reduced: Reduced, stage_of: np.nd
     ok = np.ones(strategies.shape[0], dtype=bool)
     if program.virtual_stages == 1:
         return ok
-    group = np.asarray(stage_of) % program.pipeline_degree
+    group = program.chunk_groups[np.asarray(stage_of)]
     for (first, length), _ in reduced.shared():
         for d in np.unique(group[first:first + length]):
             held = first + np.flatnonzero(group[first:first + length] == d)

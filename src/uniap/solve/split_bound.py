@@ -57,8 +57,9 @@ def split_group_bound(program: StageProgram, floor: float, cutoff: float | None 
 
     block = rows(1)
     first = (*rows(0), edge(0), 0)  # the embedding, its edge to each block strategy, its chunk's position
-    last = (*rows(2), edge(1).T, v - 1)  # the head, in the group's last chunk
-    groups = [Group([e for e, on in ((first, d == 0), (last, d == P - 1)) if on], held[d], v == 1)
+    last = (*rows(2), edge(1).T, v - 1)  # the head, in its group's last chunk
+    where = program.chunk_groups[[0, program.stages - 1]]  # the groups of the chain's first and last chunk
+    groups = [Group([e for e, on in ((first, d == where[0]), (last, d == where[1])) if on], held[d], v == 1)
               for d in range(P)]
 
     def holds(T: float) -> bool:
@@ -88,8 +89,7 @@ def _patterns(program: StageProgram) -> np.ndarray:
     program's `held`, or its in-flight counts as one pattern)."""
     if program.held is not None:
         return np.asarray(program.held, dtype=float)
-    P = program.pipeline_degree
-    return np.asarray(program.inflight, dtype=float).reshape(program.virtual_stages, P).T[:, None, :]
+    return np.asarray(program.inflight, dtype=float)[program.group_chunks][:, None, :]
 
 
 class Group:
