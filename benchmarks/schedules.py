@@ -1,8 +1,9 @@
 """Each pipeline schedule's best plan on large targets: what zero bubble buys over 1F1B and interleaved 1F1B.
 
-For each target the planner searches each schedule on its own (`plan --schedule 1f1b`, `zero-bubble`), 1F1B with
-interleaving (`interleaved-1f1b`) and all of them together (`all`, the default), and prints the plan each search
-returns: its layout, its predicted time per iteration and what the search took. Zero bubble is searched like the
+For each target the planner searches each schedule on its own (`plan --schedule 1f1b`, `zero-bubble`,
+`zero-bubble-v`, `dualpipe-v`), 1F1B with interleaving (`interleaved-1f1b`) and the default search (1F1B,
+interleaved 1F1B and zero bubble together), and prints the plan each search returns: its layout, its predicted
+time per iteration and what the search took. Zero bubble is searched like the
 others: its time is the closed form that bounds torch's ScheduleInterleavedZeroBubble order from above
 (docs/cost-model.md, "Zero bubble"), over ZeRO-0 strategies with the gradient all-reduce after the step (what
 `uniap run` trains). The last column re-prices the interleaved search's layout under zero bubble, where it runs
@@ -31,13 +32,13 @@ TARGETS = [  # label, model, cluster, global batch, sequence length, --kernels
     ("Llama-2-70B, 64 A100, B512", "llama2-70b", "a100-80g:8x8", 512, 4096, None),
     ("Llama-3-405B, 16,384 H100, B2048", "llama3-405b", "h100-80g:2048x8", 2048, 8192, "fused"),
 ]
-SEARCHES = ("1f1b", "interleaved-1f1b", "zero-bubble", "all")
+SEARCHES = ("1f1b", "interleaved-1f1b", "zero-bubble", "zero-bubble-v", "dualpipe-v", "default")
 
 
 def layout(plan) -> str:
     pipe = plan.pipeline
     chunks = f"·v{pipe.virtual_stages}" if pipe.virtual_stages > 1 else ""
-    zb = " zb" if pipe.schedule == "zero-bubble" else ""
+    zb = {"zero-bubble": " zb", "zero-bubble-v": " zbv", "dualpipe-v": " dpv"}.get(pipe.schedule, "")
     return f"pp{pipe.degree}{chunks} c{pipe.micro_batches}{zb}"
 
 

@@ -9,7 +9,8 @@ import pytest
 from reference_check import assert_milp_equals_reference
 from uniap.cost.compute import attention_seconds, layer_time
 from uniap.cost.memory import activation_bytes_per_sample, static_bytes
-from uniap.cost.tables import build_program, compute_peaks, disallowed, layer_cost, layer_compute, stage_links
+from uniap.cost.tables import build_program, compute_peaks, disallowed, layer_cost, layer_compute, stage_links, \
+    weight_gradient_seconds
 from uniap.planner import plan_search
 from uniap.spec import load_model
 from uniap.spec.cluster import load_cluster
@@ -128,6 +129,9 @@ def test_fp8_runs_block_gemms_faster_and_pays_their_casts(llama):
                             False, "none", fp8_peak=fp8_peak)
     assert layer_time(casts_free, cluster.engine, peak, layer, 1, 1, False, "none", fp8_peak=fp8_peak) < with_casts
     assert static_bytes(layer, s, "fp8") == static_bytes(layer, s, "bf16")
+    # a zero-bubble schedule's weight pass runs the block's weight GEMMs in fp8 too (the first search of an fp8
+    # workload with zero bubble in it found this path broken)
+    assert 0 < weight_gradient_seconds(layer, s, 1, cluster, fp8) < weight_gradient_seconds(layer, s, 1, cluster, bf16)
 
 
 @pytest.mark.parametrize("seed", range(6))

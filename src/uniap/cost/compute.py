@@ -280,6 +280,7 @@ def weight_gradient_time(device: DeviceType, peak: float, layer: LayerSpec, samp
     """Seconds of a layer call's weight-gradient GEMMs (dW = Xᵀ·dY, one of a GEMM's two backward products): what a
     zero-bubble schedule runs apart from the rest of the backward. Attention and element-wise kernels have no
     weight GEMM; their backward is all input gradient. A layer described by its FLOPs alone: one GEMM's worth."""
+    device = _Figures(*(getattr(device, name) for name in _Figures._fields))  # what gemm_time reads
     if fp8:
         device = device._replace(gemm_efficiency=device.fp8_gemm_efficiency)
     if not layer.ops:

@@ -22,7 +22,8 @@ import math
 
 import numpy as np
 
-from uniap.program import StageProgram, distinct_rows
+from uniap.program import StageProgram, distinct_edges, distinct_rows
+from uniap.schedules import FORWARD_SHARE, schedule_named
 from uniap.solve.program import MEMORY_RTOL, split_send_hops
 
 PRECISION = 1e-7
@@ -66,22 +67,57 @@ def split_group_bound(program: StageProgram, floor: float, cutoff: float | None 
         counts = [group.most_blocks(T, cap, block) for group in groups]
         return all(n >= group.fewest for n, group in zip(counts, groups)) and sum(counts) >= lengths[1]
 
-    lo = max(floor, 0.0)
-    if lo == math.inf:
-        return lo if cutoff is None else float(cutoff)
-    hi = cutoff if cutoff is not None else max(2 * lo, 1e-9)
-    if cutoff is None:
+    # What the contents leave out but every plan pays: the bubble is at least β·F_{v+1}, and the chunks beyond the
+    # v longest hold the rest of the chain's work, so the (v+1)-th longest holds at least its share of it; the
+    # largest send is at least the (S−1)-th least an edge can send.
+    S = program.stages
+    beta = max((a for a, b, d in schedule_named(program.split_schedule).bubble(P) if b >= 0 and d >= 0), default=0.0)
+    work = float(np.where(ok, np.asarray(program.A, dtype=float), np.inf)[firsts].min(axis=1) @ lengths)
+    per_rest = beta * FORWARD_SHARE / max(S - v, 1)
+    sends = hops * least_send(program)
+
+    def total(V: float) -> float:
+        """The bound for contents that need V (c·A + G of the busiest group)."""
+        return V + per_rest * max(work - V / c, 0.0) + sends
+
+    def contents_for(T: float) -> float:
+        """The V whose `total` is T (total rises with V: per_rest < c)."""
+        V = (T - sends - per_rest * work) / (1 - per_rest / c)
+        return V if V <= c * work else T - sends
+
+    lo = 0.0
+    if floor == math.inf:
+        return floor if cutoff is None else float(cutoff)
+    if cutoff is not None:
+        hi = contents_for(float(cutoff))
+        if hi <= 0 or not holds(hi):
+            return float(cutoff)
+    else:
+        hi = max(contents_for(floor), 1e-9)
         while not holds(hi):
             hi *= 2
-            if hi > 1e12 * max(lo, 1e-9):
+            if hi > 1e12 * max(floor, 1e-9):
                 return math.inf
-    elif not holds(hi):
-        return float(cutoff)
-    if not holds(lo):
-        while hi - lo > PRECISION * hi:
-            mid = (lo + hi) / 2
-            lo, hi = (lo, mid) if holds(mid) else (mid, hi)
-    return lo if cutoff is None else min(lo, float(cutoff))
+    while hi - lo > PRECISION * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if holds(mid) else (mid, hi)
+    bound = max(floor, total(lo))
+    return bound if cutoff is None else min(bound, float(cutoff))
+
+
+def least_send(program: StageProgram) -> float:
+    """A lower bound on a plan's largest send: S − 1 distinct edges are boundaries, so the largest of their sends
+    is at least the (S − 1)-th least of the edges' least sends."""
+    if program.stages < 2:
+        return 0.0
+    ok = np.asarray(program.allowed)
+    Rp = np.asarray(program.Rp)
+    least = []
+    for u, count in zip(*distinct_edges(program.group)):
+        pair = ok[u][:, None] & ok[u + 1][None, :]
+        least += [float(np.where(pair, Rp[u], math.inf).min())] * int(count)
+    least = np.sort(least)
+    return float(least[program.stages - 2]) if len(least) >= program.stages - 1 else 0.0
 
 
 def _patterns(program: StageProgram) -> np.ndarray:
