@@ -325,6 +325,7 @@ class Harness:
                 sync.enabled = True
             whole()
             for sync in syncs:
+                sync.finish()
                 sync.enabled = False
 
         calls = [whole, synced]

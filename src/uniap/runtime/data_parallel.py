@@ -3,9 +3,13 @@
 Mapping (parameter names unchanged):
 - ZeRO-0 → `GradientAllReduce` (DDP's scheme): parameters, gradients and optimizer state replicated; once per
   step, when the layer's last gradient of the step's last micro-batch is accumulated, one flat asynchronous
-  all-reduce of the layer's gradients starts and runs beside the backward of the layers before it; the end
-  of that backward pass waits for it. This is what the cost model prices (one all-reduce per iteration,
-  overlapped with the last micro-batch's backward). FSDP2's `replicate` reduced every micro-batch, and on 4
+  all-reduce of the layer's gradients starts and runs beside the backward of the layers before it; the step
+  waits for it before the optimizer (`finish_gradient_sync`), as Megatron-LM's overlapped gradient reduction
+  does. This is what the cost model prices (one all-reduce per iteration, beside the last micro-batch's
+  backward, each stage's beside the others'). Waiting at the end of the backward pass instead (autograd's
+  queued callback) held a pipeline stage's last gradient send behind its all-reduce, so the stages' all-reduces
+  ran one after another in the drain: a pp2·dp2 plan of one micro-batch took 1.2–1.5× what the cost model
+  priced, the all-reduces 6–8 ms of its 25–30 (README, "Profiles you can judge"). FSDP2's `replicate` reduced every micro-batch, and on 4
   CPU ranks ran a dp4 step ~30 % slower than `DistributedDataParallel` (benchmarks/runtime_overhead.py).
   In mixed precision ZeRO-0 layers still use `replicate`, whose MixedPrecisionPolicy casts the fp32
   master weights for compute and reduces in fp32 (`precision.py`); the flat all-reduce has no casting.
@@ -52,6 +56,7 @@ class GradientAllReduce:
         self.params = [p for p in params if p.requires_grad]
         self.backwards_per_step = 1
         self._pending = len(self.params) * self.backwards_per_step
+        self._running = None  # the `finish` of the all-reduce in flight, until the step waits for it
         for p in self.params:
             p.register_post_accumulate_grad_hook(self._accumulated)
 
@@ -66,7 +71,13 @@ class GradientAllReduce:
         if self._pending:
             return
         self._pending = len(self.params) * self.backwards_per_step
-        torch.autograd.Variable._execution_engine.queue_callback(self.reduce(async_op=True))
+        self._running = self.reduce(async_op=True)
+
+    def finish(self) -> None:
+        """Wait for the all-reduce the last backward started (if any) and write its sums back."""
+        running, self._running = self._running, None
+        if running is not None:
+            running()
 
     def reduce(self, async_op: bool = False):
         """Start one flat SUM all-reduce of the gradients; returns `finish()`, which waits for it and writes the
@@ -117,6 +128,13 @@ def set_backwards_per_step(module: nn.Module, count: int | None) -> None:
         sync.enabled = count is not None
         if count is not None:
             sync.set_backwards_per_step(count)
+
+
+def finish_gradient_sync(module: nn.Module) -> None:
+    """Wait for every ZeRO-0 all-reduce the step's backward started under `module`: before the optimizer reads
+    the gradients (and before tied or scaled gradients are combined)."""
+    for sync in _syncs(module):
+        sync.finish()
 
 
 def reduce_gradients_now(module: nn.Module) -> None:

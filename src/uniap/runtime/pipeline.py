@@ -31,7 +31,7 @@ from uniap.runtime.measure import ActivationMeter, StageTimer
 from uniap.runtime.mesh import Topology
 from uniap.runtime.parallelize import BuiltStage
 from uniap.runtime.precision import LossScaler, precision_of
-from uniap.runtime.data_parallel import reduce_gradients_now
+from uniap.runtime.data_parallel import finish_gradient_sync, reduce_gradients_now
 from uniap.runtime.relayout import local_part
 from uniap.runtime.tied import build_tied_gradients
 from uniap.schedules import schedule_named
@@ -144,6 +144,8 @@ class StepRunner:
         local = self._forward_backward(tokens, targets) / scale
         if self.split_backward:  # the weight passes assign gradients: no hook saw them
             reduce_gradients_now(self.built.module)
+        else:  # the all-reduces the last backward started ran beside the rest of the step
+            finish_gradient_sync(self.built.module)
         if self.tied is not None:
             self.tied.sum()
         if self.scaler is not None:
