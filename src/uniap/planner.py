@@ -37,7 +37,7 @@ DEFAULT = "default"
 """The default search: 1F1B, interleaved 1F1B and zero bubble (ZB1P, v ≥ 1) together. The V schedules (ZBV,
 DualPipeV) are searched by name or with "all": their device-group bound is weak (a group's two chunks may hold
 its blocks unevenly, which memory rewards and the bound does not charge), so each promising V candidate needs
-its chunk MILP (llama2-70b on 64 A100: 1.3–1.6 s each, 2.6× the default search's time)."""
+its chunk MILP (llama2-70b on 64 A100: 1.3–2.2 s each; the search takes 5.7 s with them, 2.3 s without)."""
 SEARCHES = {DEFAULT: ("1f1b", INTERLEAVED, ZERO_BUBBLE.name),
             "all": ("1f1b", INTERLEAVED, ZERO_BUBBLE.name, ZERO_BUBBLE_V.name, DUALPIPE_V.name),
             INTERLEAVED: ("1f1b", INTERLEAVED), **{name: (name,) for name in SCHEDULES if name != INTERLEAVED}}
@@ -135,7 +135,8 @@ def stage_columns(model: ModelSpec, cluster: ClusterSpec, workload: Workload, ca
     Beaten: another strategy whose activation layout is the same (so every resharding and send costs the same)
     is allowed wherever this one is and no worse in A, G, Ms and Ma on every distinct layer; any plan using
     this one is then matched by swapping it out. A schedule that splits the backward takes ZeRO-0 strategies only
-    (cost.tables.split_backward_sync), priced as it runs them. With a measured cost source the tables are adjusted after
+    (cost.tables.split_backward_sync), priced as it runs them, and compares only strategies that differ in their
+    recompute level: those share the weight pass and the gradient sync after the step that its tables add. With a measured cost source the tables are adjusted after
     pricing (cost.source), so only the first filter applies, to the strategies the source holds
     (`CostSource.holds`). cp degrees: `context_degrees` of the sequence, up to `max_cp`."""
     stages, micro_batches = candidate[:2]
@@ -159,8 +160,8 @@ def stage_columns(model: ModelSpec, cluster: ClusterSpec, workload: Workload, ca
     values = np.where(good[..., None], costs, np.inf)  # a strategy a layer cannot take costs it infinitely
     rows = values.transpose(1, 0, 2).reshape(len(usable), -1)  # (K, distinct layers × 4)
     classes: dict[tuple, list[int]] = {}
-    for k, s in enumerate(usable):
-        classes.setdefault(s.layout, []).append(k)
+    for k, s in enumerate(usable):  # split backward: only recompute variants compared (same weight pass and sync)
+        classes.setdefault((s.layout, s.ep, s.etp) if split else s.layout, []).append(k)
     keep = np.zeros(len(usable), dtype=bool)
     for members in classes.values():  # dominance within one layout: compare a class with itself only
         keep[members] = undominated(np.ones(len(members), dtype=bool), np.zeros(len(members), dtype=int),

@@ -46,8 +46,8 @@ class Schedule:
     torch_class: str
     """The class of `torch.distributed.pipelining` that runs it."""
     interleaved: bool = False
-    """Whether a stage may run several chunks (chunk j on stage j mod P); its occupancy is then tracked per chunk
-    (`held_patterns`)."""
+    """Whether a stage may run several chunks (chunk j on stage `stage_of_chunk`: j mod P, or a V); its occupancy
+    is then tracked per chunk (`held_patterns`)."""
     split_backward: bool = False
     """Whether the backward runs as an input-gradient part I and a weight-gradient part W."""
     same_peaks: bool = False
@@ -88,6 +88,11 @@ class Schedule:
         micro-batches in c·v·(F + I + W) + max(a·F + b·I + d·W) (tests/solve/test_solve_zero_bubble.py holds the
         event simulation to it)."""
         return tuple((a * (stages - 1), b * (stages - 1), d * (stages - 1)) for a, b, d in self.bubble_terms)
+
+    def forward_bubble(self, stages: int) -> float:
+        """β: the bubble is at least β·F whatever I and W (the largest F coefficient of a piece that rises with
+        both), which the solver's bounds take."""
+        return max((a for a, b, d in self.bubble(stages) if b >= 0 and d >= 0), default=0.0)
 
     def order_arrays(self, stage: int, stages: int, micro_batches: int, virtual_stages: int = 1
                      ) -> tuple[np.ndarray, np.ndarray]:

@@ -6,7 +6,7 @@ import torch.distributed.pipelining as pipelining
 from torch.distributed.pipelining import schedules as torch_schedules
 
 from uniap.errors import UniapError
-from uniap.schedules import DUALPIPE_V, INTERLEAVED_1F1B, SCHEDULES, ZERO_BUBBLE, ZERO_BUBBLE_V, Schedule, \
+from uniap.schedules import DUALPIPE_V, INTERLEAVED_1F1B, SCHEDULES, ZERO_BUBBLE, ZERO_BUBBLE_V, Schedule, VShaped, \
     exported_schedules, schedule_named, simulate_order
 
 KIND = {"FORWARD": "F", "FULL_BACKWARD": "B", "BACKWARD_INPUT": "I", "BACKWARD_WEIGHT": "W"}
@@ -114,3 +114,18 @@ def test_closed_form_inflight_counts_are_what_the_order_holds(name):
     for P in (1, 2, 3, 4, 8):
         for c in (1, 2, 3, 5, 8, 16, 40):
             assert schedule.inflight(P, c) == Schedule.inflight(schedule, P, c)
+
+
+@pytest.mark.parametrize("schedule", list(SCHEDULES.values()), ids=lambda s: s.name)
+def test_order_arrays_are_the_order(schedule):
+    """Zero bubble computes its kinds and chunks without the tuples (the activation counts read them): the same."""
+    for P in (2, 3, 4):
+        shapes = [(2, c) for c in (2 * P, 3 * P + 1)] if isinstance(schedule, VShaped) else \
+            [(v, c) for v in ((1,) if not schedule.interleaved else (2, 3)) for c in (P, 3 * P)]
+        if schedule.name == "zero-bubble":
+            shapes += [(1, P), (1, 2 * P)]
+        for v, c in shapes:
+            for stage in range(P):
+                ops = schedule.order(stage, P, c, v)
+                kinds, chunks = schedule.order_arrays(stage, P, c, v)
+                assert kinds.tolist() == [k for k, _, _ in ops] and chunks.tolist() == [j for _, j, _ in ops]

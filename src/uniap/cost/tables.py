@@ -390,8 +390,9 @@ def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, st
                   cache: dict | None = None, rows: tuple | None = None) -> StageProgram:
     """Tables for P = `stages` stages and c = `micro_batches`, over `strategies` (all with dp·tp = N/P).
 
-    Interleaved 1F1B (`virtual_stages` v > 1): the program cuts the chain into P·v chunks, chunk j on device
-    group j mod P; its boundaries all cross device groups (each priced as a stage boundary). Only the chunk
+    Several chunks per stage (`virtual_stages` v > 1): the program cuts the chain into P·v chunks, chunk j on the
+    device group the schedule places it (j mod P, or a V: `placement`); its boundaries are all priced as stage
+    boundaries (under a V the middle one stays on the last stage: priced as a send all the same). Only the chunk
     count and the in-flight counts depend on v, so a caller building the v's of one (P, c) in a row passes a
     `cache` (a dict it keeps) and the layers are priced once: it holds the last (P, c, strategies) priced, and
     every (P, c)'s split-backward tables. `rows`:

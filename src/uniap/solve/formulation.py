@@ -278,7 +278,7 @@ class Formulation:
         red, runs, program = self.reduced, self.reduced.runs, self.program
         P = program.pipeline_degree
         for d, chunks in enumerate(groups):
-            # per chunk i = k·P + d: micro-batches held, by pattern
+            # per chunk i (at position i // P of its group): micro-batches held, by pattern
             patterns = [infl] if program.held is None else \
                 [np.repeat(h, P) for h in np.asarray(program.held, dtype=float)[d] if h.any()]
             for q, held in enumerate(patterns):

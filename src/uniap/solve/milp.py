@@ -162,7 +162,7 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
                     return Outcome(Solution(stage_of=plan[0], strategy_of=plan[1], objective=value, optimal=True,
                                             gap=0.0, time_s=time.perf_counter() - started, solver=solver), "optimal")
                 return Outcome(None, "deferred", bound, "bound")
-    if not grouped and program.pipeline_degree > 1 and (cutoff is None or bound < cutoff):
+    if not grouped and program.pipeline_degree > 1 and phase in (None, "bound") and (cutoff is None or bound < cutoff):
         # zero bubble: the busiest device group's work, by its contents (~0.02 s), before the chunk MILP; in
         # the "bound" phase the candidate then waits in the queue with it
         by_contents = split_group_bound(program, bound, cutoff)

@@ -391,9 +391,7 @@ def lower_bound(program: StageProgram) -> float:
     sync = float(row_min(program.G) @ count) / P
     memory = Ms + infl.min() * Ma
     if program.split_schedule is not None:
-        # the bubble is at least β·F̂ whatever Î and Ŵ: β the largest F coefficient of a piece rising with I and W
-        beta = max((a for a, b, d in schedule_named(program.split_schedule).bubble(P) if b >= 0 and d >= 0),
-                   default=0.0)
+        beta = schedule_named(program.split_schedule).forward_bubble(P)
         return max(_split_bound(program.micro_batches, v, S, float(a.max()), P, beta) + sync,
                    _memory_dual_bound(program, memory, cap * P, rows, count))
     sends = least_sends(program, np.asarray(program.allowed))
@@ -452,16 +450,19 @@ def _slots_bound(P: int, c: int, v: int, S: float, M: float) -> float:
 def least_sends(program: StageProgram, ok: np.ndarray) -> float:
     """Σ o ≥ the stages − 1 cheapest boundaries: each boundary sits on a distinct edge (u, u+1) and costs at least
     that edge's least Rp over allowed pairs."""
-    if program.stages <= 1:
-        return 0.0
+    return float(edge_sends(program, ok)[:program.stages - 1].sum()) if program.stages > 1 else 0.0
+
+
+def edge_sends(program: StageProgram, ok: np.ndarray) -> np.ndarray:
+    """Every edge's least Rp over allowed pairs, ascending (edges no allowed pair crosses left out): S − 1 of
+    them are a plan's boundaries."""
     least = []
     Rp = np.asarray(program.Rp)
     for u, count in zip(*distinct_edges(program.group)):  # one of each kind of edge (the `group` contract)
         pair_ok = ok[u][:, None] & ok[u + 1][None, :]
         value = float(np.where(pair_ok, Rp[u], math.inf).min()) if pair_ok.any() else math.inf
         least += [value] * int(count)
-    least = np.sort(np.array([x for x in least if math.isfinite(x)]))
-    return float(least[:program.stages - 1].sum())
+    return np.sort(np.array([x for x in least if math.isfinite(x)]))
 
 
 def _memory_dual_bound(program: StageProgram, memory: np.ndarray, total_capacity: float, rows: np.ndarray,

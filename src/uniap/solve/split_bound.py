@@ -1,30 +1,37 @@
 """A lower bound on a zero-bubble program by its device groups' contents, before any MILP.
 
 A split backward's TPI (solve.program.split_backward_tpi) is at least c times the v longest chunks, so at least
-c times the busiest device group's work, plus the gradient sync of some group: TPI ≥ max_d (c·a_d + g_d), with
-a_d the A of the layers group d holds and g_d their G. For the usual chain (an embedding, a run of identical
-blocks, a head) a group's contents are its end layer (the embedding on group 0, the head on group P − 1) and how
-many blocks it runs under each strategy; so TPI ≤ T is possible only if the groups can hold every block with
-c·a_d + g_d ≤ T and their bytes within the capacity under each of their occupancy patterns (`Group`). With more than one chunk per group a group runs its blocks
-under one strategy (solve.reduce), so the most it holds is read off each strategy; with one, it may mix them,
-and the most is a linear program with two rows (time and memory), whose optimum mixes at most two strategies,
-so it is read off every pair. The least T
-for which the groups hold the chain is found by bisection, and the lower end of the last bracket is returned: it
-is a valid bound. An end layer's edge to the blocks adds its resharding (the two share a chunk) or a send (they do
-not: the formula charges κ·ô, ô at least that send). What it leaves out (the bubble, the other sends and
-resharding, how the groups' work falls into chunks) only adds. On llama2-70b's zero-bubble candidates it is within 0.5 % of the optimum, where the cheap
-`solve.program.lower_bound` is 5 % below it (strategies that do not fit, the head's group).
+c times the busiest device group's work, plus the gradient sync of some group, plus κ times the largest send:
+TPI ≥ max_d (c·a_d + g_d) + κ·ô, with a_d the A of the layers group d holds and g_d their G. For the usual chain
+(an embedding, a run of identical blocks, a head) a group's contents are its end layers (the embedding on the
+group of chunk 0, the head on the group of the last chunk: the last group, or the first under a V) and how many
+blocks it runs under each strategy; so TPI ≤ T is possible only if the groups can hold every block with
+c·a_d + g_d ≤ T and their bytes within the capacity under each of their occupancy patterns (`Group`). With more
+than one chunk per group a group runs its blocks under one strategy (solve.reduce), so the most it holds is read
+off each strategy; with one, it may mix them, and the most is a linear program with two rows (time and memory),
+whose optimum mixes at most two strategies, so it is read off every pair. The least T for which the groups hold
+the chain is found by bisection, and the lower end of the last bracket is taken.
+
+Added to it, what every plan pays beyond the groups' work: the bubble of the chunks beyond the v longest, which
+hold at least their share of the work the v longest do not; and κ times the least largest send, the (S − 1)-th
+least of the edges' least sends (S − 1 distinct edges are boundaries). An end layer's edge to the blocks adds
+its resharding to its group (the two share a chunk) or, as a boundary, raises the largest send: κ times its excess
+over that least, at most one such excess per group since only the largest send counts. What it leaves out (the
+other sends and resharding, how the groups' work falls into chunks) only adds. On llama2-70b's zero-bubble
+candidates it is within 0.3 % of the optimum, where the cheap `solve.program.lower_bound` is 5 % below it
+(strategies that do not fit, the head's group).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 
-from uniap.program import StageProgram, distinct_edges, distinct_rows
+from uniap.program import StageProgram, distinct_rows
 from uniap.schedules import FORWARD_SHARE, schedule_named
-from uniap.solve.program import MEMORY_RTOL, split_send_hops
+from uniap.solve.program import MEMORY_RTOL, edge_sends, split_send_hops
 
 PRECISION = 1e-7
 """The bracket [a valid bound, a reachable T] is halved until it is this narrow, relative to T."""
@@ -38,7 +45,7 @@ def split_group_bound(program: StageProgram, floor: float, cutoff: float | None 
     firsts, lengths = distinct_rows(program.group)
     if len(firsts) != 3 or lengths[0] != 1 or lengths[2] != 1:
         return None
-    P, v, c = program.pipeline_degree, program.virtual_stages, program.micro_batches
+    P, v, c, S = program.pipeline_degree, program.virtual_stages, program.micro_batches, program.stages
     cap = float(program.memory_capacity) * (1 + MEMORY_RTOL)
     held = _patterns(program)
     hops = split_send_hops(program)
@@ -50,15 +57,22 @@ def split_group_bound(program: StageProgram, floor: float, cutoff: float | None 
         return (c * np.asarray(program.A)[u, k] + np.asarray(program.G)[u, k], np.asarray(program.Ms)[u, k],
                 np.asarray(program.Ma)[u, k])
 
+    least = edge_sends(program, ok)
+    floor_send = float(least[S - 2]) if S > 1 and len(least) >= S - 1 else 0.0
+
     def edge(r):
-        """(K_r, K_r+1) the least an end edge adds: resharding in a chunk, or a send of at most the largest."""
+        """(inside, as a send), each (K_r, K_r+1): what an end edge adds to its group as resharding in a chunk,
+        and as a boundary, κ times its send's excess over the least largest send."""
         u = firsts[r + 1] - 1
         pick = np.ix_(keep[r], keep[r + 1])
-        return np.minimum(c * np.asarray(program.R)[u][pick], hops * np.asarray(program.Rp)[u][pick])
+        return (c * np.asarray(program.R)[u][pick],
+                hops * np.maximum(np.asarray(program.Rp)[u][pick] - floor_send, 0.0))
 
     block = rows(1)
-    first = (*rows(0), edge(0), 0)  # the embedding, its edge to each block strategy, its chunk's position
-    last = (*rows(2), edge(1).T, v - 1)  # the head, in its group's last chunk
+    inside, send = edge(0)
+    first = (*rows(0), inside, send, 0)  # the embedding, its edge to each block strategy, its chunk's position
+    inside, send = edge(1)
+    last = (*rows(2), inside.T, send.T, v - 1)  # the head, in its group's last chunk
     where = program.chunk_groups[[0, program.stages - 1]]  # the groups of the chain's first and last chunk
     groups = [Group([e for e, on in ((first, d == where[0]), (last, d == where[1])) if on], held[d], v == 1)
               for d in range(P)]
@@ -67,14 +81,12 @@ def split_group_bound(program: StageProgram, floor: float, cutoff: float | None 
         counts = [group.most_blocks(T, cap, block) for group in groups]
         return all(n >= group.fewest for n, group in zip(counts, groups)) and sum(counts) >= lengths[1]
 
-    # What the contents leave out but every plan pays: the bubble is at least β·F_{v+1}, and the chunks beyond the
-    # v longest hold the rest of the chain's work, so the (v+1)-th longest holds at least its share of it; the
-    # largest send is at least the (S−1)-th least an edge can send.
-    S = program.stages
-    beta = max((a for a, b, d in schedule_named(program.split_schedule).bubble(P) if b >= 0 and d >= 0), default=0.0)
+    # the bubble is at least β·F_{v+1}, and the chunks beyond the v longest hold the rest of the chain's work, so
+    # the (v+1)-th longest holds at least its share of it
+    beta = schedule_named(program.split_schedule).forward_bubble(P)
     work = float(np.where(ok, np.asarray(program.A, dtype=float), np.inf)[firsts].min(axis=1) @ lengths)
     per_rest = beta * FORWARD_SHARE / max(S - v, 1)
-    sends = hops * least_send(program)
+    sends = hops * floor_send
 
     def total(V: float) -> float:
         """The bound for contents that need V (c·A + G of the busiest group)."""
@@ -103,21 +115,6 @@ def split_group_bound(program: StageProgram, floor: float, cutoff: float | None 
         lo, hi = (lo, mid) if holds(mid) else (mid, hi)
     bound = max(floor, total(lo))
     return bound if cutoff is None else min(bound, float(cutoff))
-
-
-def least_send(program: StageProgram) -> float:
-    """A lower bound on a plan's largest send: S − 1 distinct edges are boundaries, so the largest of their sends
-    is at least the (S − 1)-th least of the edges' least sends."""
-    if program.stages < 2:
-        return 0.0
-    ok = np.asarray(program.allowed)
-    Rp = np.asarray(program.Rp)
-    least = []
-    for u, count in zip(*distinct_edges(program.group)):
-        pair = ok[u][:, None] & ok[u + 1][None, :]
-        least += [float(np.where(pair, Rp[u], math.inf).min())] * int(count)
-    least = np.sort(least)
-    return float(least[program.stages - 2]) if len(least) >= program.stages - 1 else 0.0
 
 
 def _patterns(program: StageProgram) -> np.ndarray:
@@ -169,12 +166,19 @@ class Group:
         return math.floor(best + 1e-9) if best > -math.inf else -math.inf
 
     def _end_choices(self, strategies: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """(time per block strategy, bytes per pattern) of every combination of strategies of the end layers,
-        each with its edge to the blocks (no end layer: zeros)."""
-        out = [(np.zeros(strategies), np.zeros(len(self.patterns)))]
-        for time, static, active, edge, position in self.ends:
-            held = self.patterns[:, position]
-            out = [(t + time[e] + edge[e], m + static[e] + held * active[e]) for t, m in out for e in range(len(time))]
+        """(time per block strategy, bytes per pattern) of every combination of strategies of the end layers, their
+        edges to the blocks included at their least: each end's resharding inside a chunk, or as a boundary its
+        send's excess, the ends' resharding adding up and their excesses not (only the largest send counts).
+        No end layer: zeros."""
+        out = []
+        for picks in itertools.product(*(range(len(end[0])) for end in self.ends)):
+            time, held = np.zeros(strategies), np.zeros(len(self.patterns))
+            edges = [(np.zeros(strategies), np.zeros(strategies))]  # (resharding summed, largest excess), per way
+            for (times, static, active, inside, send, position), e in zip(self.ends, picks):
+                time = time + times[e]
+                held = held + static[e] + self.patterns[:, position] * active[e]
+                edges = [way for r, x in edges for way in ((r + inside[e], x), (r, np.maximum(x, send[e])))]
+            out.append((time + np.min([r + x for r, x in edges], axis=0), held))
         return out
 
 
