@@ -70,3 +70,45 @@ def random_case(seed: int, max_layers: int = 7) -> StageProgram:
     memory = float(rng.uniform(12, 60)) if rng.random() < 0.8 else None
     return random_program(seed, layers=L, strategies=K, stages=P, micro_batches=int(rng.integers(1, 6)), runs=runs,
                           layouts=layouts, memory=memory, schedule="gpipe" if rng.random() < 0.3 else "1f1b")
+
+
+def check_encode(program: StageProgram, seed: int, plans: int = 20) -> None:
+    """On random plans of `program`: the MILP's objective at a plan's point is `evaluate`'s value there, and the
+    cheap bound is below it (the formulation and the formula agree wherever the solver can land)."""
+    from uniap.solve.formulation import Formulation
+    from uniap.solve.program import evaluate, lower_bound
+    from uniap.solve.reduce import reduce_program
+
+    form = Formulation(program, reduce_program(program, fold=True))
+    rng = np.random.default_rng(seed)
+    L, S = program.layers, program.stages
+    for _ in range(plans):
+        cuts = np.sort(rng.choice(np.arange(1, L), size=S - 1, replace=False))
+        stage_of = np.searchsorted(cuts, np.arange(L), side="right")
+        strategy_of = np.array([rng.choice(np.flatnonzero(program.allowed[u])) for u in range(L)])
+        x = form.encode(stage_of, strategy_of)
+        value = evaluate(program, stage_of, strategy_of)
+        if x is None or not np.isfinite(value):
+            continue
+        assert abs(float(form.model.cost @ x) * form.scale - value) <= 1e-9 * value
+        assert lower_bound(program) <= value * (1 + 1e-9)
+
+
+def check_matches_reference(program: StageProgram) -> None:
+    """The MILP, folded and unfolded, returns the enumeration oracle's optimum (or nothing where it has none),
+    priced as `evaluate` prices it, with every chunk holding a layer."""
+    from uniap.solve.milp import solve
+    from uniap.solve.program import evaluate
+    from uniap.solve.reference import solve_reference
+
+    reference = solve_reference(program)
+    for fold in (True, False):
+        solution = solve(program, fold=fold)
+        if reference is None:
+            assert solution is None
+            continue
+        assert solution is not None and solution.optimal
+        assert abs(solution.objective - reference.objective) <= 1e-6 * reference.objective
+        assert abs(solution.objective - evaluate(program, solution.stage_of, solution.strategy_of)) \
+            <= 1e-9 * solution.objective
+        assert len(np.unique(solution.stage_of)) == program.stages

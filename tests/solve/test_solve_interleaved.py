@@ -2,15 +2,13 @@
 
 import numpy as np
 import pytest
-from random_tables import random_program
+from random_tables import check_encode, check_matches_reference, random_program
 
 from uniap.errors import UniapError
 from uniap.solve.bounds import _least, front
-from uniap.solve.formulation import Formulation
 from uniap.solve.milp import solve
 from uniap.solve.program import evaluate, lower_bound, stage_times
 from uniap.schedules import INTERLEAVED_1F1B, schedule_named
-from uniap.solve.reduce import reduce_program
 from uniap.solve.reference import solve_reference
 
 
@@ -38,17 +36,7 @@ def _case(seed: int):
 
 @pytest.mark.parametrize("seed", range(24))
 def test_interleaved_milp_matches_reference(seed):
-    program = _case(seed)
-    reference = solve_reference(program)
-    for fold in (True, False):
-        solution = solve(program, fold=fold)
-        if reference is None:
-            assert solution is None
-            continue
-        assert solution is not None and solution.optimal
-        assert solution.objective == pytest.approx(reference.objective, rel=1e-6)
-        assert solution.objective == pytest.approx(evaluate(program, solution.stage_of, solution.strategy_of))
-        assert len(np.unique(solution.stage_of)) == program.stages  # every chunk holds a layer
+    check_matches_reference(_case(seed))
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -66,19 +54,7 @@ def test_least_matches_the_whole_minkowski_sum(seed):
 @pytest.mark.parametrize("seed", range(8))
 def test_interleaved_encode_gives_the_evaluated_objective(seed):
     program = _case(seed)
-    form = Formulation(program, reduce_program(program, fold=True))
-    rng = np.random.default_rng(seed)
-    L, S = program.layers, program.stages
-    for _ in range(20):
-        cuts = np.sort(rng.choice(np.arange(1, L), size=S - 1, replace=False))
-        stage_of = np.searchsorted(cuts, np.arange(L), side="right")
-        strategy_of = np.array([rng.choice(np.flatnonzero(program.allowed[u])) for u in range(L)])
-        x = form.encode(stage_of, strategy_of)
-        value = evaluate(program, stage_of, strategy_of)
-        if x is None or not np.isfinite(value):
-            continue
-        assert float(form.model.cost @ x) * form.scale == pytest.approx(value, rel=1e-9)
-        assert lower_bound(program) <= value * (1 + 1e-9)
+    check_encode(program, seed)
 
 
 @pytest.mark.parametrize("seed", range(36))

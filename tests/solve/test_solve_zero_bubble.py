@@ -3,16 +3,13 @@ against the enumeration oracle, and the device-group bound against the optimum."
 
 import numpy as np
 import pytest
-from random_tables import random_program
+from random_tables import check_encode, check_matches_reference, random_program
 
 from uniap.cost.tables import held_array, placement
 from uniap.program import StageProgram
 from uniap.schedules import DUALPIPE_V, ZERO_BUBBLE, ZERO_BUBBLE_V, VShaped, _stage_occupancy, schedule_named, \
     simulate_order
-from uniap.solve.formulation import Formulation
-from uniap.solve.milp import solve
-from uniap.solve.program import evaluate, lower_bound, split_send_hops
-from uniap.solve.reduce import reduce_program
+from uniap.solve.program import lower_bound, split_send_hops
 from uniap.solve.reference import solve_reference
 from uniap.solve.split_bound import split_group_bound
 
@@ -101,16 +98,7 @@ CASES = [(ZERO_BUBBLE.name, 1), (ZERO_BUBBLE.name, 2), (ZERO_BUBBLE_V.name, 2), 
 @pytest.mark.parametrize("schedule, v", CASES)
 @pytest.mark.parametrize("seed", range(12))
 def test_zero_bubble_milp_matches_reference(schedule, v, seed):
-    program = _case(seed, v, schedule=schedule)
-    reference = solve_reference(program)
-    for fold in (True, False):
-        solution = solve(program, fold=fold)
-        if reference is None:
-            assert solution is None
-            continue
-        assert solution is not None and solution.optimal
-        assert solution.objective == pytest.approx(reference.objective, rel=1e-6)
-        assert solution.objective == pytest.approx(evaluate(program, solution.stage_of, solution.strategy_of))
+    check_matches_reference(_case(seed, v, schedule=schedule))
 
 
 @pytest.mark.parametrize("schedule, v", CASES)
@@ -118,19 +106,7 @@ def test_zero_bubble_milp_matches_reference(schedule, v, seed):
 def test_zero_bubble_encode_gives_the_evaluated_objective(schedule, v, seed):
     """The MILP's objective at a plan's point is the formula's value there, and the cheap bound is below it."""
     program = _case(seed, v, schedule=schedule)
-    form = Formulation(program, reduce_program(program, fold=True))
-    rng = np.random.default_rng(seed)
-    L, S = program.layers, program.stages
-    for _ in range(20):
-        cuts = np.sort(rng.choice(np.arange(1, L), size=S - 1, replace=False))
-        stage_of = np.searchsorted(cuts, np.arange(L), side="right")
-        strategy_of = np.array([rng.choice(np.flatnonzero(program.allowed[u])) for u in range(L)])
-        x = form.encode(stage_of, strategy_of)
-        value = evaluate(program, stage_of, strategy_of)
-        if x is None or not np.isfinite(value):
-            continue
-        assert float(form.model.cost @ x) * form.scale == pytest.approx(value, rel=1e-9)
-        assert lower_bound(program) <= value * (1 + 1e-9)
+    check_encode(program, seed)
 
 
 @pytest.mark.parametrize("schedule, v", CASES)
