@@ -63,13 +63,17 @@ def local_cluster(nproc: int):
     return ClusterSpec(name=f"local-cuda:1x{nproc}", nodes=1, devices_per_node=nproc, device=device)
 
 
-def comparison_plans(config: ModelConfig, world: int, global_batch: int, seq_len: int) -> dict:
-    """Hand-written plans spanning the space: name -> Plan (runtime.plans.uniform_plan)."""
+def comparison_plans(config: ModelConfig, world: int, global_batch: int, seq_len: int,
+                     engine: dict | None = None) -> dict:
+    """Hand-written plans spanning the space: name -> Plan (runtime.plans.uniform_plan).
+
+    `engine`: the cluster's engine entry, recorded in every plan so that the runtime runs the attention kernel
+    the predictions price (a plan without one runs flash, which keeps no score matrix)."""
     from uniap.runtime.checks import check_plan
     from uniap.runtime.plans import uniform_plan
 
     L = config.layers
-    kw = dict(global_batch=global_batch, seq_len=seq_len, precision="fp32")
+    kw = dict(global_batch=global_batch, seq_len=seq_len, precision="fp32", engine=engine)
     out = {}
 
     def add(name, **args):
@@ -231,7 +235,8 @@ def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, step
     timings["plan_s"] = time.perf_counter() - t0
     chosen.save(out / "plan.json")
 
-    plans = _plans_to_run(chosen, comparison_plans(config, nproc, global_batch, seq_len), comparisons)
+    plans = _plans_to_run(chosen, comparison_plans(config, nproc, global_batch, seq_len, cluster.engine.to_json()),
+                          comparisons)
     plan_dir = out / "plans"
     plan_dir.mkdir(exist_ok=True)
     paths = [str(plan_dir / f"{i:02d}.json") for i in range(len(plans))]

@@ -77,6 +77,10 @@ def test_demo_profile_and_plan_are_consistent(demo):
     assert predict_plan(plan, model, cluster)["iteration_time_s"] == pytest.approx(chosen["predicted_s"])
     analytic = predict_plan(plan, model, local_cluster(2))["iteration_time_s"]
     assert analytic != pytest.approx(chosen["predicted_s"])
+    # every plan run records the engine its prediction priced (the profile's attention kernel): a plan without
+    # one runs flash, which keeps no score matrix, while the CPU profile measured the standard kernel
+    for path in sorted((out / "plans").glob("*.json")):
+        assert Plan.load(path).engine == local_cluster(2).engine, path.name
 
 
 def test_profile_command_rejects_bad_input_before_spawning(tmp_path):
