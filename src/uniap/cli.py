@@ -150,7 +150,8 @@ def estimate(
     if plan is not None:
         result = Plan.load(plan)
         spec = _model_from_plan(result)
-        clus = replace(load_cluster(cluster or result.cluster.name), engine=result.engine)
+        clus = load_cluster(cluster or result.cluster.name)
+        clus = replace(clus, engine=result.engine_or(clus.engine))
         clus = with_engine(clus, kernels, attention)
         if profile is not None:
             from uniap.profile import calibrate

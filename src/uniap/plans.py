@@ -8,7 +8,7 @@ what the cost model predicts. The fingerprint ties a plan to one model and one w
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from uniap.errors import UniapError
@@ -226,6 +226,11 @@ class Plan:
         """The engine the plan was costed under (None for plans written before the setting existed)."""
         data = self.cluster.engine
         return Engine.from_json(data, Engine()) if data is not None else None
+
+    def engine_or(self, default: Engine) -> Engine:
+        """The engine the plan runs under: its own, or, for a plan that records none, `default`'s kernels with
+        flash attention, the kernel `uniap run` runs such a plan with (so `estimate --plan` prices what runs)."""
+        return self.engine if self.engine is not None else replace(default, attention="flash")
 
     def model_config(self) -> ModelConfig:
         try:

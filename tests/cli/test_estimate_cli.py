@@ -103,3 +103,22 @@ def test_listings(cli_json):
             "llama2-70b", "llama3-405b", "tiny-gpt", "tiny-llama"} <= names
     presets = {c["preset"] for c in cli_json("clusters")["clusters"]}
     assert {"a100-40g", "a100-80g", "h100-80g", "v100-32g", "titanxp-12g", "cpu"} <= presets
+
+
+def test_a_plan_that_records_no_engine_is_priced_with_the_kernel_it_runs_with(cli_json, tmp_path):
+    """`uniap run` runs a plan without an engine entry with flash attention; `estimate --plan` prices that, not the
+    cluster's default (standard attention on CPU, which keeps the score matrix)."""
+    plan = cli_json("estimate", "--model", "gpt2", "--cluster", "cpu:1x4", "--global-batch", "8", "--seq-len", "1024",
+                    "--dp", "4", "--precision", "fp32")
+    assert plan["cluster"]["engine"]["attention"] == "standard"
+
+    def recost(engine):
+        cluster = {k: v for k, v in plan["cluster"].items() if k != "engine"}
+        path = tmp_path / f"{engine or 'none'}.json"
+        path.write_text(json.dumps({**plan, "cluster": cluster | ({"engine": engine} if engine else {})}))
+        return cli_json("estimate", "--plan", str(path))["predicted"]
+
+    none, flash = recost(None), recost({"kernels": "eager", "attention": "flash"})
+    standard = recost({"kernels": "eager", "attention": "standard"})
+    assert none == flash
+    assert none["peak_memory_bytes"][0] < standard["peak_memory_bytes"][0]

@@ -13,6 +13,7 @@ from uniap.errors import UniapError
 from uniap.models.decoder import check_supported, layer_names
 from uniap.plans import Plan
 from uniap.runtime.precision import precision_of
+from uniap.spec.engine import Engine
 from uniap.spec.model import ModelConfig
 from uniap.strategies import Strategy
 
@@ -116,7 +117,6 @@ def check_plan(plan: Plan, world_size: int, impl: str = "uniap") -> RunShape:
                     raise UniapError(f"layer {layer.name}: tp {st.tp} does not divide {what} {size}")
     precision = precision_of(str(plan.workload.precision)).name
     _check_experts(plan, config, precision)
-    engine = plan.engine
     pp = int(plan.pipeline.degree)
     chosen = schedule_named(str(plan.pipeline.schedule))
     chosen.check(pp, c, plan.virtual_stages)
@@ -129,7 +129,7 @@ def check_plan(plan: Plan, world_size: int, impl: str = "uniap") -> RunShape:
     return RunShape(plan=plan, config=config, world=world_size, pp=pp, stage_size=stage_size, global_batch=gb,
                     micro_batches=c, micro_batch=mb, seq_len=seq_len, schedule=schedule,
                     virtual_stages=plan.virtual_stages, precision=precision,
-                    attention=engine.attention if engine is not None else "flash")
+                    attention=plan.engine_or(Engine()).attention)
 
 
 def _check_experts(plan: Plan, config: ModelConfig, precision: str) -> None:
