@@ -7,7 +7,8 @@ GEMMs' share of it (`cost.compute.weight_gradient_time`). On 2 CPU ranks the spl
 (README, "Pipeline schedules"); this measures whether a GPU pays it too.
 
 Run:  python benchmarks/split_backward_gpu.py [--model llama3-8b] [--seq 4096] [--micro 1] [--reps 20]
-(needs CUDA; `--device cpu` runs it small, as the tests do, to check the script)
+(needs CUDA; `--device cpu --model tiny-llama --seq 64` runs it small on CPU, as tests/cost/test_split_backward_benchmark.py does, to check the
+script)
 """
 
 from __future__ import annotations
@@ -99,8 +100,11 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=4096)
     parser.add_argument("--micro", type=int, default=1)
     parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", default="cuda")
     args = parser.parse_args()
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("split_backward_gpu: no CUDA device here (--device cpu with a small --model and --seq "
+                         "checks the script)")
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
