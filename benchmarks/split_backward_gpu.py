@@ -7,8 +7,8 @@ GEMMs' share of it (`cost.compute.weight_gradient_time`). On 2 CPU ranks the spl
 (README, "Pipeline schedules"); this measures whether a GPU pays it too.
 
 Run:  python benchmarks/split_backward_gpu.py [--model llama3-8b] [--seq 4096] [--micro 1] [--reps 20]
-(needs CUDA; `--device cpu --model tiny-llama --seq 64` runs it small on CPU, as tests/cost/test_split_backward_benchmark.py does, to check the
-script)
+(needs CUDA; `--device cpu --model tiny-llama --seq 64` runs it small on CPU to check the script, as
+tests/cost/test_split_backward_benchmark.py does)
 """
 
 from __future__ import annotations
