@@ -15,30 +15,26 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 
 from uniap.models.decoder import Block
+from uniap.profile.harness import Clock
+from uniap.schedules import FORWARD_SHARE
 from uniap.spec.zoo import ZOO
 
 
 def _timer(device: torch.device):
-    """A function timing a callable: CUDA events on a GPU, the wall clock elsewhere (seconds)."""
-    if device.type == "cuda":
-        def timed(fn) -> float:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
+    """A function timing a callable in seconds, with the profiler's clock (CUDA events on a GPU, else the wall
+    clock)."""
+    clock = Clock(device)
+
+    def timed(fn) -> float:
+        marks: list = []
+        with clock.region(marks):
             fn()
-            end.record()
-            torch.cuda.synchronize()
-            return start.elapsed_time(end) / 1e3
-    else:
-        def timed(fn) -> float:
-            started = time.perf_counter()
-            fn()
-            return time.perf_counter() - started
+        return clock.read(marks)[0]
     return timed
 
 
@@ -91,7 +87,7 @@ def predicted_share(model: str, seq: int, micro: int) -> float:
     layer = next(l for l in spec.layers if l.kind == "block")
     workload, s = Workload(micro, seq, "bf16"), Strategy(dp=1, tp=1)
     whole = layer_compute(layer, s, micro, cluster, workload)
-    return weight_gradient_seconds(layer, s, micro, cluster, workload) / (whole * 2 / 3)
+    return weight_gradient_seconds(layer, s, micro, cluster, workload) / (whole * (1 - FORWARD_SHARE))
 
 
 def main() -> None:

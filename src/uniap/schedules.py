@@ -12,7 +12,7 @@ A schedule says
 - `exports`: the schedule's name in each engine the plan can be exported to (absent: that engine lacks it);
 - `simulate_order` (below): the event simulation of any schedule's order.
 The time per iteration lives with the solver (`solve.program`): a closed form for each schedule, which the MILP
-encodes; a schedule that splits the backward states its fill-and-drain term on equal chunks (`bubble_terms`),
+encodes; a schedule that splits the backward states its fill-and-drain term on equal chunks (`bubble`),
 from which `solve.program` bounds it on any chunks.
 
 Adding a schedule is one class here (and its entry in SCHEDULES), plus its tests. This module imports neither
@@ -55,10 +55,6 @@ class Schedule:
     exports: dict[str, str] = field(default_factory=dict, hash=False)
     """Engine → the schedule's name there (torchtitan's `pipeline_parallel_schedule`; "megatron" and "deepspeed"
     name the schedule their flags select)."""
-    bubble_terms: tuple[tuple[float, float, float], ...] = ()
-    """A schedule that splits the backward: its fill and drain on equal chunks per stage but the first, as linear
-    pieces (a, b, d) of one chunk's forward F, input pass I and weight pass W (`bubble` multiplies them by P − 1;
-    a schedule whose fill and drain do not grow that way overrides `bubble`)."""
 
     def check(self, stages: int, micro_batches: int, virtual_stages: int) -> None:
         """Raise UniapError when this schedule cannot run the pipeline."""
@@ -78,16 +74,18 @@ class Schedule:
         return chunk % stages
 
     def chunk_at(self, stage: int, position: int, stages: int) -> int:
-        """The global chunk a stage runs at `position` (its position-th chunk, in chain order): position·P + stage.
-        Whatever the placement, chunk j is at position j // P of its stage."""
-        return position * stages + stage
+        """The global chunk a stage runs at `position` (its position-th chunk, in chain order): whatever the
+        placement, chunk j is at position j // P of its stage, so it is the one of position·P … position·P + P − 1
+        that `stage_of_chunk` puts there (position·P + stage for j mod P)."""
+        return next(j for j in range(position * stages, (position + 1) * stages)
+                    if self.stage_of_chunk(j, stages) == stage)
 
     def bubble(self, stages: int) -> tuple[tuple[float, float, float], ...]:
         """A schedule that splits the backward: its fill and drain on P stages of equal chunks, as linear pieces
         (a, b, d) of one chunk's forward F, input pass I and weight pass W. Over equal chunks its `order` then runs c
         micro-batches in c·v·(F + I + W) + max(a·F + b·I + d·W) (tests/solve/test_solve_zero_bubble.py holds the
-        event simulation to it)."""
-        return tuple((a * (stages - 1), b * (stages - 1), d * (stages - 1)) for a, b, d in self.bubble_terms)
+        event simulation to it). None for a schedule that does not split it."""
+        return ()
 
     def forward_bubble(self, stages: int) -> float:
         """β: the bubble is at least β·F whatever I and W (the largest F coefficient of a piece that rises with
@@ -216,16 +214,28 @@ class ZeroBubble(Schedule):
 
     def order_arrays(self, stage: int, stages: int, micro_batches: int, virtual_stages: int = 1
                      ) -> tuple[np.ndarray, np.ndarray]:
-        """`order`'s kinds and chunks without its tuples (a search asks for thousands of stages' orders): after
-        the warm-up, step k runs the forward warm + k (while any are left), the input pass k and, from step i
-        on, the weight pass k − i; then the weight passes left."""
+        """`order`'s kinds and chunks without its tuples (a search asks for thousands of stages' orders)."""
+        return self._order(stage, stages, micro_batches, virtual_stages)[:2]
+
+    def order(self, stage: int, stages: int, micro_batches: int, virtual_stages: int = 1) -> list[Op]:
+        kinds, chunks, micro = self._order(stage, stages, micro_batches, virtual_stages)
+        return list(zip(kinds.tolist(), chunks.tolist(), micro.tolist()))
+
+    def _order(self, stage: int, stages: int, micro_batches: int, virtual_stages: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(kinds, chunks, micro-batches) of the order: after the warm-up forwards, step k runs the forward
+        warm + k (while any are left), the input pass k and, from step i on, the weight pass k − i (stage i defers
+        its weight passes by i steps); then the weight passes left. The k-th forward (input pass) runs chunk
+        position (k // per_round) % v (its reverse), micro-batch (k // (per_round·v))·per_round + k % per_round of
+        it; the weight passes follow the input passes' order."""
         P, c, v = stages, micro_batches, virtual_stages
         per_round = c // max(1, c // P)
         warm = min((v - 1) * per_round + (P - 1 - stage), c * v)
         steps = c * v
-        position = (np.arange(steps) // per_round) % v
-        forward, backward = position * P + stage, (v - 1 - position) * P + stage
         step = np.arange(steps)
+        position = (step // per_round) % v
+        forward, backward = position * P + stage, (v - 1 - position) * P + stage
+        micro = (step // (per_round * v)) * per_round + step % per_round
         grid = np.stack([np.where(step < steps - warm, step + warm, -1), step,
                          np.where(step >= stage, step - stage, -1)], axis=1)  # (steps, F/I/W): which pass
         kinds = np.tile(np.array(["F", "I", "W"]), steps)
@@ -235,29 +245,14 @@ class ZeroBubble(Schedule):
         chunks = np.where(kinds == "F", forward[which], backward[which])
         tail = np.arange(max(steps - stage, 0), steps)
         return (np.concatenate([np.full(warm, "F"), kinds, np.full(len(tail), "W")]),
-                np.concatenate([forward[:warm], chunks, backward[tail]]))
+                np.concatenate([forward[:warm], chunks, backward[tail]]),
+                np.concatenate([micro[:warm], micro[which], micro[tail]]))
 
-    def order(self, stage: int, stages: int, micro_batches: int, virtual_stages: int = 1) -> list[Op]:
-        P, c, v = stages, micro_batches, virtual_stages
-        per_round = c // max(1, c // P)
-        warm = min((v - 1) * per_round + (P - 1 - stage), c * v)
-        steps = c * v
-        # the k-th forward (input pass) runs chunk position (k // per_round) % v (its reverse), micro-batch
-        # (k // (per_round·v))·per_round + k % per_round of it; the weight passes follow the input passes' order
-        k = np.arange(steps)
-        position = (k // per_round) % v
-        micro = ((k // (per_round * v)) * per_round + k % per_round).tolist()
-        forwards = [("F", chunk, m) for chunk, m in zip((position * P + stage).tolist(), micro)]
-        inputs = [("I", chunk, m) for chunk, m in zip(((v - 1 - position) * P + stage).tolist(), micro)]
-        weights = [("W", chunk, m) for _, chunk, m in inputs]
-        ops = forwards[:warm]
-        for step in range(steps):
-            if step < steps - warm:
-                ops.append(forwards[warm + step])
-            ops.append(inputs[step])
-            if step >= stage:  # stage i defers its weight passes by i steps
-                ops.append(weights[step - stage])
-        return ops + weights[max(steps - stage, 0):]
+    def bubble(self, stages: int) -> tuple[tuple[float, float, float], ...]:
+        """The drain waits for a forward, for an input pass, or for both less the weight pass that the stage
+        upstream runs meanwhile: max(F, I, F + I − W) on each of the P − 1 stages but the first."""
+        q = float(stages - 1)
+        return ((q, 0.0, 0.0), (0.0, q, 0.0), (q, q, -q))
 
 
 @dataclass(frozen=True)
@@ -279,9 +274,6 @@ class VShaped(Schedule):
 
     def stage_of_chunk(self, chunk: int, stages: int) -> int:
         return chunk if chunk < stages else 2 * stages - 1 - chunk
-
-    def chunk_at(self, stage: int, position: int, stages: int) -> int:
-        return stage if position == 0 else 2 * stages - 1 - stage
 
     def bounded_rounds(self, stages: int, micro_batches: int) -> int:
         return micro_batches  # no prefix of the order is known to reach every occupancy: walk it all
@@ -342,8 +334,6 @@ class ZeroBubbleV(VShaped):
         """Eight pieces, read off the event simulation of the order and checked on 775 equal-chunk pipelines
         (P ≤ 8): the drain waits for forwards, input passes or both, less the weight passes that fill it."""
         P = stages
-        if P < 2:
-            return ((0.0, 0.0, 0.0),)
         return ((0, 1, P - 2), (1, 0, P - 2), (0, P - 1, 0), (0, 2 * (P - 1), -2 * (P - 1)),
                 (2 * P - 3, -(P - 2), 0), (2 * P - 3, 1, -2 * (P - 1)), (2 * P - 2, -(P - 1), -1),
                 (2 * P - 2, 0, -(2 * P - 1)))
@@ -411,8 +401,6 @@ class DualPipeV(VShaped):
         """Six pieces, read off the event simulation of the order and checked on 775 equal-chunk pipelines
         (P ≤ 8)."""
         q = stages - 1
-        if q < 1:
-            return ((0.0, 0.0, 0.0),)
         return ((-1, q, 0), (-1, 2 * q, -q), (q, 0, 0), (q, q, -q), (2 * q, -q, -q), (2 * q, 0, -2 * q))
 
 
@@ -423,10 +411,7 @@ INTERLEAVED_1F1B = Interleaved1F1B("interleaved-1f1b", "interleaved 1F1B", "Sche
                                    interleaved=True,
                                    exports={"torchtitan": "Interleaved1F1B", "megatron": "interleaved-1f1b"})
 ZERO_BUBBLE = ZeroBubble("zero-bubble", "zero bubble (ZB1P)", "ScheduleInterleavedZeroBubble", interleaved=True,
-                         split_backward=True, same_peaks=True, exports={"torchtitan": "InterleavedZeroBubble"},
-                         # the drain waits for a forward, for an input pass, or for both less the weight pass
-                         # that the stage upstream runs meanwhile: max(F, I, F + I − W) per stage
-                         bubble_terms=((1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (1.0, 1.0, -1.0)))
+                         split_backward=True, same_peaks=True, exports={"torchtitan": "InterleavedZeroBubble"})
 
 ZERO_BUBBLE_V = ZeroBubbleV("zero-bubble-v", "zero bubble V (ZBV)", "ScheduleZBVZeroBubble", interleaved=True,
                             split_backward=True, exports={"torchtitan": "ZBVZeroBubble"})

@@ -94,21 +94,26 @@ def check_encode(program: StageProgram, seed: int, plans: int = 20) -> None:
         assert lower_bound(program) <= value * (1 + 1e-9)
 
 
-def check_matches_reference(program: StageProgram) -> None:
-    """The MILP, folded and unfolded, returns the enumeration oracle's optimum (or nothing where it has none),
-    priced as `evaluate` prices it, with every chunk holding a layer."""
-    from uniap.solve.milp import solve
+def assert_same_optimum(program: StageProgram, solution, reference) -> None:
+    """`solution` is the enumeration oracle's `reference` optimum (or both are nothing), proven, priced as
+    `evaluate` prices it, with the chunks in chain order and every one holding a layer."""
     from uniap.solve.program import evaluate
+
+    if reference is None:
+        assert solution is None
+        return
+    assert solution is not None and solution.optimal and solution.gap == 0.0
+    assert abs(solution.objective - reference.objective) <= 1e-6 * reference.objective
+    assert abs(solution.objective - evaluate(program, solution.stage_of, solution.strategy_of)) \
+        <= 1e-9 * solution.objective
+    assert np.all(np.diff(solution.stage_of) >= 0) and len(np.unique(solution.stage_of)) == program.stages
+
+
+def check_matches_reference(program: StageProgram) -> None:
+    """The MILP, folded and unfolded, returns the enumeration oracle's optimum (`assert_same_optimum`)."""
+    from uniap.solve.milp import solve
     from uniap.solve.reference import solve_reference
 
     reference = solve_reference(program)
     for fold in (True, False):
-        solution = solve(program, fold=fold)
-        if reference is None:
-            assert solution is None
-            continue
-        assert solution is not None and solution.optimal
-        assert abs(solution.objective - reference.objective) <= 1e-6 * reference.objective
-        assert abs(solution.objective - evaluate(program, solution.stage_of, solution.strategy_of)) \
-            <= 1e-9 * solution.objective
-        assert len(np.unique(solution.stage_of)) == program.stages
+        assert_same_optimum(program, solve(program, fold=fold), reference)

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import pytest
-from random_tables import random_case, random_program
+from random_tables import assert_same_optimum, random_case, random_program
 
 from uniap.errors import UniapError
 from uniap.solve.formulation import Formulation
@@ -16,16 +16,6 @@ from uniap.solve.reference import solve_reference
 
 HAS_SCIP = importlib.util.find_spec("pyscipopt") is not None
 HAS_GUROBI = importlib.util.find_spec("gurobipy") is not None
-
-
-def assert_same_optimum(program, solution, reference):
-    if reference is None:
-        assert solution is None
-        return
-    assert solution is not None and solution.optimal and solution.gap == 0.0
-    assert solution.objective == pytest.approx(reference.objective, rel=1e-6)
-    assert solution.objective == pytest.approx(evaluate(program, solution.stage_of, solution.strategy_of), rel=1e-9)
-    assert np.all(np.diff(solution.stage_of) >= 0) and len(np.unique(solution.stage_of)) == program.stages
 
 
 @pytest.mark.parametrize("seed", range(40))

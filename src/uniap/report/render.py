@@ -73,8 +73,8 @@ def recost(plan: Plan, cluster: ClusterSpec | str | None = None) -> Figures:
     try:
         model = build_layers(plan.model_config(), int(plan.model.seq_len))
         clus = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster or str(plan.cluster.name))
-        if plan.engine is not None and not isinstance(cluster, ClusterSpec):
-            clus = replace(clus, engine=plan.engine)  # as the plan was costed (estimate --plan does the same)
+        if not isinstance(cluster, ClusterSpec):  # the engine it runs under, as estimate --plan prices it
+            clus = replace(clus, engine=plan.engine_or(clus.engine))
         if clus.devices != plan.world_size:
             raise UniapError(f"cluster {clus.name} has {clus.devices} devices, the plan {plan.world_size}")
         program, stage_of, strategy_of = cost_plan(plan, model, clus)

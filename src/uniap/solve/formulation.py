@@ -308,6 +308,10 @@ class Formulation:
             bld.row(plus(term(self.send, SEND_HIDING), term(self.slot[d], -1.0)), hi=0,
                     name=named("slot_send", group=d))
             bld.row(plus(term(self.slot[d]), term(self.B, -1.0)), hi=0, name=named("slot_bottleneck", group=d))
+        self._add_send_rows(bld, terms)
+
+    def _add_send_rows(self, bld: Builder, terms) -> None:
+        """The largest send ≥ every chunk's send o_i ("send")."""
         for i, (_, o, _) in enumerate(terms):
             if len(o[0]):
                 bld.row(plus(o, term(self.send, -1.0)), hi=0, name=named("send", stage=i))
@@ -319,14 +323,13 @@ class Formulation:
         each of the schedule's pieces at the levels ("bubble"). At the least objective the levels sit at the
         formula's, which is then its value."""
         program = self.program
-        for i, (p, o, _) in enumerate(terms):
+        for i, (p, _, _) in enumerate(terms):
             w = self._weight_pass(i)
             passes = (scaled(p, FORWARD_SHARE), plus(scaled(p, 1 - FORWARD_SHARE), minus(w)), w)
             for kind, (name, expr) in enumerate(zip(PASSES, passes)):
                 bld.row(plus(expr, term(self.level[kind], -1.0), term(self.over[kind, i], -1.0)), hi=0,
                         name=named(f"{name}_over", stage=i))
-            if len(o[0]):
-                bld.row(plus(o, term(self.send, -1.0)), hi=0, name=named("send", stage=i))
+        self._add_send_rows(bld, terms)
         for kind in range(len(PASSES)):
             bld.row(plus(term(self.send), term(self.level[kind], -1.0)), hi=0, name=named(f"{PASSES[kind]}_level_send"))
         for q, piece in enumerate(schedule_named(program.split_schedule).bubble(program.pipeline_degree)):

@@ -200,8 +200,6 @@ def split_backward_tpi(program: StageProgram, p: np.ndarray, o: np.ndarray, w: n
     low, high = split_levels(passes, v, send)
     value = sum(c * (v * level + np.maximum(x - level[:, None], 0.0).sum(axis=1))
                 for x, level in zip(passes, high.T))
-    if P == 1:
-        return value
     return value + least_bubble(schedule.bubble(P), low, high)[0] + split_send_hops(program) * send
 
 
@@ -209,8 +207,7 @@ def split_passes(p: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     """(F, I, W), each (N, S): every chunk's forward (a third of its time, FORWARD_SHARE), its input pass (the
     rest less the weight pass) and its weight pass."""
     F = p * FORWARD_SHARE
-    W = np.minimum(w, p - F)
-    return F, p - F - W, W
+    return F, p - F - w, w
 
 
 def split_levels(passes, v: int, send: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from uniap.program import StageProgram
-from uniap.schedules import FORWARD_SHARE
+from uniap.solve.program import split_passes
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def reduce_program(program: StageProgram, fold: bool) -> Reduced:
     W = None if program.weight_gradient is None else np.where(ok, np.asarray(program.weight_gradient, dtype=float),
                                                               0.0)
     # what a strategy is judged on: with a split backward also its weight and input passes (solve.program)
-    rows = (A, G, Ms, Ma) if W is None else (A, G, Ms, Ma, W, (1 - FORWARD_SHARE) * A - W)
+    rows = (A, G, Ms, Ma) if W is None else (A, G, Ms, Ma, *split_passes(A, W)[1:])
     identical = _spans(ok, rows, (R, Rp))
     spans = identical if fold else [(u, 1) for u in range(program.layers)]
     runs = []

@@ -74,11 +74,11 @@ def split_group_bound(program: StageProgram, floor: float, cutoff: float | None 
     inside, send = edge(1)
     last = (*rows(2), inside.T, send.T, v - 1)  # the head, in its group's last chunk
     where = program.chunk_groups[[0, program.stages - 1]]  # the groups of the chain's first and last chunk
-    groups = [Group([e for e, on in ((first, d == where[0]), (last, d == where[1])) if on], held[d], v == 1)
-              for d in range(P)]
+    groups = [Group([e for e, on in ((first, d == where[0]), (last, d == where[1])) if on], held[d], v == 1, cap,
+                    block) for d in range(P)]
 
     def holds(T: float) -> bool:
-        counts = [group.most_blocks(T, cap, block) for group in groups]
+        counts = [group.most_blocks(T) for group in groups]
         return all(n >= group.fewest for n, group in zip(counts, groups)) and sum(counts) >= lengths[1]
 
     # the bubble is at least β·F_{v+1}, and the chunks beyond the v longest hold the rest of the chain's work, so
@@ -134,34 +134,42 @@ class Group:
     held counts of the m chunks without an end layer, h_q the least count. With one chunk (`mix`) the group's
     blocks may mix strategies, and its peak is the largest count."""
 
-    def __init__(self, ends, patterns: np.ndarray, mix: bool):
+    def __init__(self, ends, patterns: np.ndarray, mix: bool, cap: float, block):
         patterns = patterns[patterns.any(axis=1)]
         v = patterns.shape[1]
         free = np.ones(v, dtype=bool)
         free[[position for *_, position in ends]] = False
         self.ends, self.mix, self.patterns = ends, mix, patterns
         self.fewest = int(free.sum())  # each of its v chunks holds a layer
-        self.base = patterns[:, free].sum(axis=1) - self.fewest * patterns.min(axis=1)  # H_q − m·h_q
-        self.least = patterns.min(axis=1)  # h_q
+        base = patterns[:, free].sum(axis=1) - self.fewest * patterns.min(axis=1)  # H_q − m·h_q
+        least = patterns.min(axis=1)  # h_q
+        self.time, static, active = block
+        # per combination of the end layers' strategies, what does not depend on the time T: (the ends' time,
+        # the blocks' bytes each (mix only), the bytes left for the blocks)
+        self.choices = []
+        for extra, end_bytes in self._end_choices(len(self.time)):
+            if mix:
+                memory = static + float(patterns[:, 0].max()) * active
+                self.choices.append((float(extra.min()), memory, cap - float(end_bytes.max())))
+            else:
+                # per pattern q and strategy k: n·(Ms + h_q·Ma) + Ma·(H_q − m·h_q) ≤ cap − end bytes under q
+                room = (cap - end_bytes[:, None] - base[:, None] * active[None, :]) \
+                    / (static[None, :] + least[:, None] * active[None, :])
+                self.choices.append((extra, None, room.min(axis=0)))
 
-    def most_blocks(self, T: float, cap: float, block) -> float:
+    def most_blocks(self, T: float) -> float:
         """The most blocks the group can hold within time T (c·A + G, its end layers and their edges to the
         blocks included, each under the best strategy for this) and `cap` bytes under every pattern: under one
         block strategy or (`mix`) the LP over them (the end edges at their least), rounded down."""
-        time, static, active = block
+        time = self.time
         best = -math.inf
-        for extra, end_bytes in self._end_choices(len(time)):
+        for extra, memory, room in self.choices:
             if self.mix:
-                held = float(self.patterns[:, 0].max())
-                room = cap - float(end_bytes.max())
-                best = max(best, _lp_most(time, static + held * active, T - float(extra.min()), room))
+                best = max(best, _lp_most(time, memory, T - extra, room))
                 continue
             budget = (T - extra) / np.where(time > 0, time, np.nan)  # (K,)
-            # per pattern q and strategy k: n·(Ms + h_q·Ma) + Ma·(H_q − m·h_q) ≤ cap − end bytes under q
-            room = (cap - end_bytes[:, None] - self.base[:, None] * active[None, :]) \
-                / (static[None, :] + self.least[:, None] * active[None, :])
-            most = np.fmin(np.where(np.isnan(budget), np.inf, budget), room.min(axis=0))
-            most = np.where((extra <= T) & (room.min(axis=0) >= 0), most, -np.inf)
+            most = np.fmin(np.where(np.isnan(budget), np.inf, budget), room)
+            most = np.where((extra <= T) & (room >= 0), most, -np.inf)
             best = max(best, float(most.max(initial=-math.inf)))
         return math.floor(best + 1e-9) if best > -math.inf else -math.inf
 
