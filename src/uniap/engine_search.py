@@ -25,9 +25,9 @@ from uniap.errors import UniapError
 from uniap.estimate import make_plan, predict
 from uniap.export.capability import ANY_SPLIT, EVEN, EngineRules
 from uniap.plans import Plan
-from uniap.planner import DEFAULT, MAX_VIRTUAL_STAGES, build_candidate, candidates, plan_search, searched_schedules, \
-    stage_strategies
+from uniap.planner import MAX_VIRTUAL_STAGES, build_candidate, candidates, plan_search, stage_strategies
 from uniap.program import StageProgram
+from uniap.schedules import DEFAULT, searched_schedules
 from uniap.solve.program import evaluate_many, lower_bound
 from uniap.solve.uop import search
 from uniap.spec.cluster import ClusterSpec

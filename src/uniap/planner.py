@@ -26,22 +26,13 @@ from uniap.solve.reduce import undominated
 from uniap.solve.uop import search
 from uniap.spec.cluster import ClusterSpec
 from uniap.spec.model import ModelSpec
-from uniap.schedules import DUALPIPE_V, INTERLEAVED, SCHEDULES, ZERO_BUBBLE, ZERO_BUBBLE_V, schedule_named
+from uniap.schedules import DEFAULT, schedule_named, searched_schedules
 from uniap.spec.workload import Workload
 from uniap.strategies import Strategy, context_degrees, divisors, enumerate_strategies
 
 GB = 1e9
 MAX_VIRTUAL_STAGES = 8
 """Default most chunks per device group the search tries (Megatron-LM's published runs use 2–6)."""
-DEFAULT = "default"
-"""The default search: 1F1B, interleaved 1F1B and zero bubble (ZB1P, v ≥ 1) together. The V schedules (ZBV,
-DualPipeV) are searched by name or with "all": their device-group bound is weak (a group's two chunks may hold
-its blocks unevenly, which memory rewards and the bound does not charge), so each promising V candidate needs
-its chunk MILP (llama2-70b on 64 A100: 1.3–2.2 s each; the search takes 5.7 s with them, 2.3 s without)."""
-SEARCHES = {DEFAULT: ("1f1b", INTERLEAVED, ZERO_BUBBLE.name),
-            "all": ("1f1b", INTERLEAVED, ZERO_BUBBLE.name, ZERO_BUBBLE_V.name, DUALPIPE_V.name),
-            INTERLEAVED: ("1f1b", INTERLEAVED), **{name: (name,) for name in SCHEDULES if name != INTERLEAVED}}
-"""What `plan --schedule` searches: each name → the schedules whose candidates it solves."""
 
 
 class Candidate(NamedTuple):
@@ -55,13 +46,6 @@ class Candidate(NamedTuple):
     """v: chunks per stage (1 but for the interleaved schedules)."""
     schedule: str
     """The pipeline schedule it runs (`uniap.schedules`)."""
-
-
-def searched_schedules(search: str) -> tuple[str, ...]:
-    """The schedules `plan --schedule <search>` solves candidates of (`SEARCHES`); UniapError naming the choices."""
-    if search not in SEARCHES:
-        raise UniapError(f"unknown schedule search {search!r} (choose {', '.join(SEARCHES)})")
-    return SEARCHES[search]
 
 
 def candidates(model: ModelSpec, cluster: ClusterSpec, workload: Workload, schedules: tuple[str, ...] = ("1f1b",),

@@ -35,7 +35,8 @@ def runner_ups(model, cluster, workload, chosen: Plan, intervals, *, schedule: s
     the chosen plan's interval marked as ties; and whether every configuration was solved within `time_limit`
     seconds (False: the list is partial)."""
     from uniap.estimate import make_plan, predict
-    from uniap.planner import build_candidate, candidates, searched_schedules, stage_strategies
+    from uniap.planner import build_candidate, candidates, stage_strategies
+    from uniap.schedules import searched_schedules
     from uniap.solve.uop import search
 
     cands = candidates(model, cluster, workload, searched_schedules(schedule), max_virtual_stages)

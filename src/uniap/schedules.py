@@ -423,6 +423,25 @@ SCHEDULES: dict[str, Schedule] = {s.name: s for s in (GPIPE, ONE_F_ONE_B, INTERL
 INTERLEAVED = INTERLEAVED_1F1B.name
 
 
+DEFAULT = "default"
+"""The default search: 1F1B, interleaved 1F1B and zero bubble (ZB1P, v ≥ 1) together. The V schedules (ZBV,
+DualPipeV) are searched by name or with "all": their device-group bound is weak (a group's two chunks may hold
+its blocks unevenly, which memory rewards and the bound does not charge), so each promising V candidate needs
+its chunk MILP (llama2-70b on 64 A100: 1.3–2.2 s each; the search takes 5.7 s with them, 2.3 s without)."""
+SEARCHES: dict[str, tuple[str, ...]] = {
+    DEFAULT: ("1f1b", INTERLEAVED, ZERO_BUBBLE.name),
+    "all": ("1f1b", INTERLEAVED, ZERO_BUBBLE.name, ZERO_BUBBLE_V.name, DUALPIPE_V.name),
+    **{name: ("1f1b", INTERLEAVED) if name == INTERLEAVED else (name,) for name in SCHEDULES}}
+"""What `plan --schedule` searches: each name → the schedules whose candidates it solves."""
+
+
+def searched_schedules(search: str) -> tuple[str, ...]:
+    """The schedules `plan --schedule <search>` solves candidates of (`SEARCHES`); UniapError naming the choices."""
+    if search not in SEARCHES:
+        raise UniapError(f"unknown schedule search {search!r} (choose {', '.join(SEARCHES)})")
+    return SEARCHES[search]
+
+
 def schedule_named(name: str) -> Schedule:
     """The schedule called `name`; UniapError naming the choices otherwise."""
     try:

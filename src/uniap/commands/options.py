@@ -10,7 +10,7 @@ import typer
 
 from uniap.errors import UniapError
 from uniap.spec.engine import ATTENTIONS, KERNELS
-from uniap.schedules import SCHEDULES
+from uniap.schedules import SCHEDULES, SEARCHES
 from uniap.spec.workload import DEFAULT_PRECISIONS, PRECISIONS
 
 
@@ -22,7 +22,7 @@ def choices(name: str, values) -> type[Enum]:
 Fmt = choices("Fmt", ("table", "json"))
 Precision = choices("Precision", PRECISIONS)
 Schedule = choices("Schedule", SCHEDULES)
-Search = choices("Search", ("default", "all", *SCHEDULES))
+Search = choices("Search", SEARCHES)
 Kernels = choices("Kernels", KERNELS)
 AttentionKernel = choices("AttentionKernel", ATTENTIONS)
 
