@@ -118,9 +118,10 @@ def stage_columns(model: ModelSpec, cluster: ClusterSpec, workload: Workload, ca
 
     Beaten: another strategy whose activation layout is the same (so every resharding and send costs the same)
     is allowed wherever this one is and no worse in A, G, Ms and Ma on every distinct layer; any plan using
-    this one is then matched by swapping it out. A schedule that splits the backward takes ZeRO-0 strategies only
-    (cost.tables.split_backward_sync), priced as it runs them, and compares only strategies that differ in their
-    recompute level: those share the weight pass and the gradient sync after the step that its tables add. With a measured cost source the tables are adjusted after
+    this one is then matched by swapping it out. A schedule that splits the backward takes ZeRO-0 strategies only,
+    priced as it runs them (the gradient all-reduce after the step: `cost.tables.layer_cost`'s `after_step`), and
+    compares only strategies that differ in their recompute level alone, as the dominance does not weigh the weight
+    pass the program adds. With a measured cost source the tables are adjusted after
     pricing (cost.source), so only the first filter applies, to the strategies the source holds
     (`CostSource.holds`). cp degrees: `context_degrees` of the sequence, up to `max_cp`."""
     stages, micro_batches = candidate[:2]
@@ -136,7 +137,8 @@ def stage_columns(model: ModelSpec, cluster: ClusterSpec, workload: Workload, ca
         distinct = list({layer.signature or layer.name: layer for layer in model.layers}.values())
         return [s for s in strategies if cluster.costs.holds(s)
                 and any(disallowed(layer, s, micro) is None for layer in distinct)], None
-    index, costs, good = signature_costs(model, cluster, workload, stages, micro_batches, strategies)
+    index, costs, good = signature_costs(model, cluster, workload, stages, micro_batches, strategies,
+                                         after_step=split)
     taken = np.flatnonzero(good.any(axis=0))  # some layer can take it
     if not len(taken) or not good.any(axis=1).all():  # none, or a layer that no strategy can run: impossible
         return [], None

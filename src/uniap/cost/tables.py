@@ -225,10 +225,11 @@ def layer_cost(layer: LayerSpec, s: Strategy, micro_batch: int, cluster: Cluster
     # Once per iteration: DDP's all-reduce hides behind the last micro-batch's backward; ZeRO-1/2's
     # reduce-scatter behind the backward and their parameter all-gather behind the next forward.
     window = compute * (backward_share(s.full) if s.zero == 0 else 1.0)
-    exposed_sync = overlapped(window, sync, device.overlap_slowdown) - window if sync else 0.0
+    if after_step or not sync:
+        exposed_sync = sync
+    else:
+        exposed_sync = overlapped(window, sync, device.overlap_slowdown) - window
     once = exposed_sync + optimizer_time(device, shard)
-    if after_step:
-        once += sync - exposed_sync
 
     A = data_parallel_overlap(compute, forward_share(s.full), fwd_micro, bwd_micro, device.overlap_slowdown) \
         + tp_time + expert_time + context_time
@@ -395,7 +396,7 @@ def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, st
     boundaries (under a V the middle one stays on the last stage: priced as a send all the same). Only the chunk
     count and the in-flight counts depend on v, so a caller building the v's of one (P, c) in a row passes a
     `cache` (a dict it keeps) and the layers are priced once: it holds the last (P, c, strategies) priced, and
-    every (P, c)'s split-backward tables. `rows`:
+    every (P, c)'s weight-pass shares. `rows`:
     `signature_costs` of these strategies when the caller already has them."""
     n = cluster.devices
     if stages < 1 or n % stages:
@@ -410,15 +411,16 @@ def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, st
     bad = [s for s in strategies if s.devices != d]
     if bad:
         raise UniapError(f"strategy {bad[0].label()} uses {bad[0].devices} devices but a stage has {d}")
-    key = (stages, micro_batches, tuple(strategies))
+    split = schedule_named(schedule).split_backward
+    key = (stages, micro_batches, tuple(strategies), split)
     if cache is None or key not in cache:
-        priced = _priced(model, cluster, workload, stages, micro_batches, strategies, rows)
+        priced = _priced(model, cluster, workload, stages, micro_batches, strategies, rows, after_step=split)
         if cache is not None:
-            split = cache.get("split")
+            shares = cache.get("split")
             cache.clear()
             cache[key] = priced
-            if split is not None:
-                cache["split"] = split
+            if shares is not None:
+                cache["split"] = shares
     A, G, Ms, Ma, R, Rp, ok = cache[key] if cache is not None else priced
     if cluster.costs is not None:  # what the measured runtime does beyond the per-layer figures
         A, R, schedule = cluster.costs.adjust_tables(cluster, model, workload, strategies, stages, micro_batches,
@@ -426,13 +428,12 @@ def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, st
     groups = _group_ids(model.layers)
     ran = schedule_named(schedule)
     weights = None
-    if ran.split_backward:  # per (P, c), whatever v; kept for every (P, c) (kilobytes each)
-        kept = {} if cache is None else cache.setdefault("split", {})
+    if split:  # ZeRO-0 only, as `uniap run` trains it (FSDP2 fails under torch's weight pass, runtime.checks)
+        ok = ok & np.array([s.zero == 0 for s in strategies])[None, :]
+        kept = {} if cache is None else cache.setdefault("split", {})  # per (P, c), whatever v; every (P, c) kept
         if key not in kept:
-            kept[key] = (weight_gradient_shares(model, cluster, workload, micro_batches, strategies, ok),
-                         *split_backward_sync(model, cluster, workload, stages, micro_batches, strategies, G, ok))
-        shares, G, ok = kept[key]
-        weights = np.where(ok, shares * np.asarray(A, dtype=float), 0.0)
+            kept[key] = weight_gradient_shares(model, cluster, workload, micro_batches, strategies, ok)
+        weights = np.where(ok, kept[key] * np.asarray(A, dtype=float), 0.0)
     return StageProgram(A=A, G=G, Ms=Ms, Ma=Ma, R=R, Rp=Rp, allowed=ok, stages=stages * virtual_stages,
                         micro_batches=micro_batches,
                         inflight=np.array(ran.inflight(stages, micro_batches, virtual_stages), dtype=float),
@@ -459,24 +460,6 @@ def weight_gradient_shares(model: ModelSpec, cluster: ClusterSpec, workload: Wor
     return share[index]
 
 
-def split_backward_sync(model: ModelSpec, cluster: ClusterSpec, workload: Workload, stages: int, micro_batches: int,
-                        strategies: list[Strategy], G: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(G, allowed) under a schedule that splits the backward, as `uniap run` trains it: ZeRO-0 only (FSDP2 fails
-    under torch's weight pass, runtime.checks), its gradient all-reduce after the step, hidden behind nothing
-    (`layer_cost`'s `after_step`). A measured cost source keeps the G it measured."""
-    ok = ok & np.array([s.zero == 0 for s in strategies])[None, :]
-    if cluster.costs is not None:
-        return G, ok
-    micro = workload.global_batch // micro_batches
-    links = stage_links(cluster, stages, strategies)
-    index, firsts = _signature_rows(model)
-    after = np.zeros((len(firsts), len(strategies)))
-    for r, u in enumerate(firsts):
-        for k in np.flatnonzero(ok[u]):
-            after[r, k] = layer_cost(model.layers[u], strategies[k], micro, cluster, workload, links, after_step=True)[1]
-    return np.where(ok, after[index], np.asarray(G, dtype=float)), ok
-
-
 def _signature_rows(model: ModelSpec) -> tuple[np.ndarray, list[int]]:
     """(the row of each layer, the first layer of each row): layers of one signature cost alike."""
     row_of: dict[object, int] = {}
@@ -485,12 +468,14 @@ def _signature_rows(model: ModelSpec) -> tuple[np.ndarray, list[int]]:
 
 
 def _priced(model: ModelSpec, cluster: ClusterSpec, workload: Workload, stages: int, micro_batches: int,
-            strategies: list[Strategy], rows: tuple | None = None) -> tuple[np.ndarray, ...]:
-    """A, G, Ms, Ma, R, Rp and allowed of one (P, c) before any measured adjustment."""
+            strategies: list[Strategy], rows: tuple | None = None, after_step: bool = False) -> tuple[np.ndarray, ...]:
+    """A, G, Ms, Ma, R, Rp and allowed of one (P, c) before any measured adjustment (`after_step`: as
+    `layer_cost`'s)."""
     micro = workload.global_batch // micro_batches
     links = stage_links(cluster, stages, strategies)
     L, K = len(model.layers), len(strategies)
-    index, costs, good = rows or signature_costs(model, cluster, workload, stages, micro_batches, strategies, links)
+    index, costs, good = rows or signature_costs(model, cluster, workload, stages, micro_batches, strategies, links,
+                                                 after_step)
     A, G, Ms, Ma = (costs[index, :, j] for j in range(4))
     ok = good[index]
     R = np.empty((max(L - 1, 0), K, K))  # every edge's entries are set below
@@ -508,10 +493,11 @@ def _priced(model: ModelSpec, cluster: ClusterSpec, workload: Workload, stages: 
 
 
 def signature_costs(model: ModelSpec, cluster: ClusterSpec, workload: Workload, stages: int, micro_batches: int,
-                    strategies: list[Strategy], links: StageLinks | None = None
+                    strategies: list[Strategy], links: StageLinks | None = None, after_step: bool = False
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(row of each layer (L,), (A, G, Ms, Ma) per row and strategy (R, K, 4), allowed (R, K)): layers of one
-    signature share one row of costs (analytic; a measured cost source answers first, as in layer_cost)."""
+    signature share one row of costs (analytic; a measured cost source answers first, as in layer_cost).
+    `after_step`: the gradient all-reduce runs after the step (a schedule that splits the backward)."""
     micro = workload.global_batch // micro_batches
     links = links or stage_links(cluster, stages, strategies)
     index, first = _signature_rows(model)
@@ -526,7 +512,7 @@ def signature_costs(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
                 shape = (s.dp, s.tp, s.sp, s.recompute, s.ep, s.etp, s.cp)
                 if cluster.costs is None and shape not in computed:
                     computed[shape] = layer_compute(layer, s, micro, cluster, workload)
-                costs[r, k] = layer_cost(layer, s, micro, cluster, workload, links, computed.get(shape))
+                costs[r, k] = layer_cost(layer, s, micro, cluster, workload, links, computed.get(shape), after_step)
     return index, costs, good
 
 
