@@ -15,7 +15,7 @@ from uniap.errors import UniapError
 from uniap.jsonfile import read_json_object
 from uniap.spec.engine import Engine
 from uniap.spec.model import ModelConfig, architecture_id
-from uniap.schedules import schedule_named
+from uniap.schedules import Schedule, schedule_named
 from uniap.strategies import Strategy
 
 SCHEMA = "uniap.plan/1"
@@ -226,6 +226,16 @@ class Plan:
         """The engine the plan was costed under (None for plans written before the setting existed)."""
         data = self.cluster.engine
         return Engine.from_json(data, Engine()) if data is not None else None
+
+    @property
+    def schedule(self) -> Schedule:
+        """The pipeline schedule it runs (`uniap.schedules`)."""
+        return schedule_named(str(self.pipeline.schedule))
+
+    def chunk_range(self, chunk: int) -> tuple[int, int]:
+        """(first, last) layer of global chunk `chunk`: on the stage its schedule places it, at position chunk // P."""
+        P = len(self.stages)
+        return self.stages[self.schedule.stage_of_chunk(chunk, P)].ranges[chunk // P]
 
     def engine_or(self, default: Engine) -> Engine:
         """The engine the plan runs under: its own, or, for a plan that records none, `default`'s kernels with

@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from uniap.schedules import schedule_named
 from uniap.errors import UniapError
 from uniap.plans import Plan
 from uniap.spec.model import ModelConfig
@@ -153,7 +152,7 @@ def job_of(plan: Plan) -> EngineJob:
                              f"ranks {stage.index * devices}..{(stage.index + 1) * devices - 1}")
     chunks = []
     for j in range(pp * v):
-        first, last = plan.stages[schedule_named(plan.pipeline.schedule).stage_of_chunk(j, pp)].ranges[j // pp]
+        first, last = plan.chunk_range(j)
         chunks.append(sum(1 for u in range(first, last + 1) if names[u].startswith("block.")))
     global_batch = int(plan.workload.global_batch)
     micro_batches = int(plan.pipeline.micro_batches)

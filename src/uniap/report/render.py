@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 
-from uniap.schedules import schedule_named
 from uniap.errors import UniapError
 from uniap.jsonfile import digest
 from uniap.plans import Plan
@@ -108,7 +107,7 @@ def _from_plan_file(plan: Plan, why: UniapError) -> Figures:
     peak = [float(x) for x in pred.get("peak_memory_bytes", [])]  # the framework reserve included
     device = pred.get("memory_capacity_bytes")  # the whole device (what `predict` writes)
     return Figures(p=p, o=[0.0] * (P * v - 1), g=[0.0] * P,
-                   chunk_p=[p[schedule_named(plan.pipeline.schedule).stage_of_chunk(j, P)] / v for j in range(P * v)]
+                   chunk_p=[p[plan.schedule.stage_of_chunk(j, P)] / v for j in range(P * v)]
                    if v > 1 else None,
                    peak=peak if len(peak) == P else [0.0] * P, device=float(device) if device else None,
                    tpi=pred.get("iteration_time_s"),
@@ -175,7 +174,7 @@ def _by_position(plan: Plan, chunk_p: list[float] | None) -> list[list[float]] |
     """Per chunk position k, per stage: the time of the stage's k-th chunk (None without chunks)."""
     if chunk_p is None:
         return None
-    P, placed = len(plan.stages), schedule_named(plan.pipeline.schedule)
+    P, placed = len(plan.stages), plan.schedule
     return [[chunk_p[placed.chunk_at(d, k, P)] for d in range(P)] for k in range(plan.virtual_stages)]
 
 
@@ -414,7 +413,7 @@ def _stage_table(plan: Plan, fig: Figures, measured: dict) -> str:
         if v == 1:
             layers = f"<pre class=nw>{e(_span(plan, *stage.ranges[0]))}</pre>"
         else:
-            chunk = [schedule_named(plan.pipeline.schedule).chunk_at(i, k, P) for k in range(v)]
+            chunk = [plan.schedule.chunk_at(i, k, P) for k in range(v)]
             layers = "<pre class=nw>" + "\n".join(
                 f"c{chunk[k]}: {e(_span(plan, a, b))}, {_fmt_time(fig.chunk_p[chunk[k]])}"
                 for k, (a, b) in enumerate(stage.ranges)) + "</pre>"

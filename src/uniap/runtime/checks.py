@@ -52,7 +52,7 @@ class RunShape:
 
     def chunk_range(self, chunk: int) -> tuple[int, int]:
         """(first, last) layer of global chunk `chunk` (on its stage, at position chunk // pp)."""
-        return self.plan.stages[self.stage_of_chunk(chunk)].ranges[chunk // self.pp]
+        return self.plan.chunk_range(chunk)
 
     def stage_of_rank(self, rank: int) -> tuple[int, int]:
         """(stage index, position of `rank` inside the stage's rank list)."""
