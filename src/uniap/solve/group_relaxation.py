@@ -74,6 +74,7 @@ class GroupRelaxation:
         self.chosen: dict[tuple[int, int], tuple[np.ndarray, list[int]]] = {}  # (run, group) → binaries, ids
         self.add_one_strategy_constraint(bld)
         self.end_reshard: dict[int, tuple[int, int, int, Expr]] = {}  # group → (end run, next run, h, ρ)
+        self.kappa: dict[tuple[int, int], int] = {}  # (run, group) → κ, the most of the run's layers in one chunk
         self.slot = bld.variables(P, name="slot")  # b_d (solve.program)
         self.excess = bld.variables(P, name="excess")  # Σ over group d's chunks of their time beyond b_d
         least = least_sends(program, np.asarray(program.allowed)) / scale
@@ -322,6 +323,7 @@ class GroupRelaxation:
             if end is not None and end[1] == r:  # the end layer alone in its chunk: the run fills the other v − 1
                 bld.row(plus(term(kappa, v - 1.0), term(end[2], float(most.max())), term(self.N[r][d], -1.0)), 0,
                         name=named("end_alone_layers", run=r, group=d))
+            self.kappa[r, d] = kappa
             fills.append((kappa, self.N[r][d], red.A[run.first, run.keep] / tau, most > 0, r))
         for kappa, counts, A, usable, r in fills:
             for j, lam in enumerate(np.unique(A[usable])):  # the largest chunk: κ layers, at least its κ fastest
@@ -353,14 +355,52 @@ class GroupRelaxation:
         return [term(self.Z[d][q], red.between(q, red.R) / tau) for q in (r - 1, r) if 0 <= q < len(red.runs) - 1]
 
     def add_memory_constraint(self, bld: Builder, d: int) -> None:
-        """Group d's bytes fit its devices (at the least in-flight count of its chunks)."""
+        """Group d's bytes fit its devices, one row per moment its schedule holds activations (`_held`): with h_k
+        the micro-batches its position-k chunk holds then, every layer holds at least min h, the chain's
+        single-layer ends the h of the chunk they sit in, and a run with at most κ layers per chunk (v·κ ≥ N,
+        `add_slot_constraint`) has at least N − (v − 1)·κ of them in every chunk, so its activations add at least
+        Σ_k (h_k − min h)·Ma·(N − (v − 1)·κ) over each strategy's count. Without that term a group could put its
+        layers in its emptiest chunk for memory and spread them evenly for time, and the bound's group contents
+        would not fit once cut into chunks (Megatron's 145B on 1,536 A100: every direct plan over memory)."""
         cap = float(self.program.memory_capacity)
         if not math.isfinite(cap):
             return
-        P, red = self.program.pipeline_degree, self.reduced
-        infl = float(np.asarray(self.program.inflight, dtype=float)[d::P].min())
-        bld.row(plus(*(term(self.N[r][d], (red.Ms[run.first, run.keep] + infl * red.Ma[run.first, run.keep]) / cap)
-                       for r, run in enumerate(red.runs))), hi=1.0, name=named("memory", group=d))
+        v, red, runs = self.program.virtual_stages, self.reduced, self.reduced.runs
+        chunks = self.program.group_chunks[d]
+        for n, held in enumerate(self._held(d)):
+            least, spread = float(held.min()), float((held - held.min()).sum())
+            parts = []
+            for r, run in enumerate(runs):
+                at = self._end_chunk(r)
+                infl = float(held[list(chunks).index(at)]) if at in chunks else least
+                Ms, Ma = red.Ms[run.first, run.keep], red.Ma[run.first, run.keep]
+                parts.append(term(self.N[r][d], (Ms + infl * Ma) / cap))
+                kappa = self.kappa.get((r, d))
+                if kappa is None or spread == 0:
+                    continue
+                extra = bld.variables(1, 0, name=f"spread_memory[run={r},group={d},moment={n}]")[0]
+                for j in np.flatnonzero((self.most[r][d] > 0) & (Ma > 0)):
+                    unit = spread * float(Ma[j]) / cap  # extra ≥ spread·Ma·(N_j − (v − 1)·κ), ≤ 0 unless j is used
+                    bld.row(plus(term(extra), term(self.N[r][d, j], -unit), term(kappa, unit * (v - 1))), 0,
+                            name=named("spread_memory", run=r, group=d, moment=n, strategy=int(run.keep[j])))
+                parts.append(term(extra))
+            bld.row(plus(*parts), hi=1.0, name=named("memory", group=d, moment=n))
+
+    def _held(self, d: int) -> list[np.ndarray]:
+        """Micro-batches group d's chunks hold (by position) at the moments its memory rows price: each distinct
+        pattern of `program.held`, and the moment of `program.inflight`."""
+        program = self.program
+        patterns = [np.asarray(program.inflight, dtype=float)[program.group_chunks[d]]]
+        if program.held is not None:
+            patterns += [h for h in np.asarray(program.held, dtype=float)[d] if h.any()]
+        return [np.array(h) for h in sorted({tuple(h) for h in patterns})]
+
+    def _end_chunk(self, r: int) -> int | None:
+        """The chunk a single-layer run at an end of the chain sits in (the first chunk, or the last), else None."""
+        runs = self.reduced.runs
+        if runs[r].length > 1 or len(runs) < 2:
+            return None
+        return 0 if r == 0 else self.program.stages - 1 if r == len(runs) - 1 else None
 
     def contents(self, x: np.ndarray) -> list[np.ndarray]:
         """The group contents of a point: per run, counts (P, K_r) over the run's kept strategies."""
