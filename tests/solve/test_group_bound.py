@@ -49,6 +49,38 @@ def test_bound_never_exceeds_the_optimum(seed):
         assert (capped >= cutoff) <= (reference.objective >= cutoff)
 
 
+def test_memory_forces_the_largest_chunk(monkeypatch):
+    """Where a group's contents fit its memory only with many blocks in its chunks that hold few micro-batches,
+    its largest chunk is at least what that cut forces (group_bound's bisection over κ): never above the
+    oracle's optimum, never below the bound that lets memory and time each take their best cut, and above it
+    on some tight-memory chains."""
+    import uniap.solve.group_bound as module
+
+    least_held = module._least_held
+
+    def uncapped(held, n, caps, end_cap, end_chunk):  # the old rule: memory at the least-held cut, whatever κ
+        return least_held(held, n, n + 1e9, n + 1e9, end_chunk)
+
+    tighter = 0
+    for seed in range(60):
+        rng = np.random.default_rng(70_000 + seed)
+        P, v = [(2, 2), (2, 3), (3, 2)][seed % 3]
+        L = P * v + int(rng.integers(0, 5))
+        program = random_program(seed, layers=L, strategies=3, stages=P, micro_batches=P * int(rng.integers(1, 4)),
+                                 runs=[1, L - 2, 1], memory=float(rng.uniform(15, 45)), virtual_stages=v)
+        reduced = reduce_program(program, fold=True)
+        reference = solve_reference(program)
+        forced = group_bound(program, reduced)
+        with monkeypatch.context() as patch:
+            patch.setattr(module, "_least_held", uncapped)
+            free = group_bound(program, reduced)
+        if reference is None:
+            continue
+        assert free <= forced * (1 + 1e-12) and forced <= reference.objective * (1 + 1e-9)
+        tighter += forced > free * (1 + 1e-6)
+    assert tighter >= 2  # 3 of the 50 that fit
+
+
 @pytest.mark.parametrize("seed", range(45))
 def test_infinite_only_when_nothing_fits(seed):
     program = _case(seed)

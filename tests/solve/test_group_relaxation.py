@@ -155,6 +155,26 @@ def test_solving_by_group_gives_the_chunk_milp_optimum(candidate, attained, monk
     monkeypatch.setattr(milp, "Formulation", lambda *a: chunk_milps.append(1) or original(*a))
     by_group = milp.solve(program)
     assert by_group is not None and by_group.optimal and (not chunk_milps) == attained
-    monkeypatch.setattr(milp, "_by_group", lambda *a: ("optimal", -np.inf, None))
+    monkeypatch.setattr(milp, "_by_group", lambda *a: ("optimal", -np.inf, None, None))
     alone = milp.solve(program)
     assert alone.optimal and by_group.objective == pytest.approx(alone.objective, rel=1e-6)
+
+
+def test_a_deferred_step_hands_its_direct_plan_to_the_search():
+    """Where the device-group MILPs leave a candidate to its chunk MILP, the best direct plan of their contents
+    comes back with the deferral (a valid plan, priced exactly, not claimed optimal), and the UOP takes it as
+    its incumbent, so the candidates after it are cut off against a plan instead of nothing."""
+    from uniap.solve.uop import _State
+
+    model, cluster, workload = load_model("gpt2", 1024), load_cluster("a100-80g:1x8"), Workload(32, 1024, "bf16")
+    program = build_candidate(Candidate(2, 8, 3, "interleaved-1f1b"), model, cluster, workload, None)
+    best = milp.solve(program)
+    cutoff = best.objective * 1.5
+    outcome = milp.solve_outcome(program, cutoff=cutoff, phase="relaxation")
+    found = outcome.solution
+    assert outcome.status == "deferred" and found is not None and not found.optimal
+    assert found.objective == pytest.approx(evaluate(program, found.stage_of, found.strategy_of), rel=1e-12)
+    assert outcome.bound <= best.objective * (1 + 1e-9) <= found.objective * (1 + 1e-9) and found.objective < cutoff
+    state, queue = _State(["candidate"], {}, None), []
+    assert state.defer(queue, (0, 0.0, 0), outcome, 0.1)
+    assert state.best is found and state.cutoff() == found.objective and queue == [(1, outcome.bound, 0)]  # the chunk MILP: next tier

@@ -58,31 +58,32 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
     kept = [_kept(reduced, run, end=r != 1) for r, run in enumerate(runs)]
     kinds = {kind: _group_terms(program, kept, kind, blocks) for kind in ("first", "middle", "last")}
     sends = least_sends(program, np.asarray(program.allowed))
-    groups = []  # per group: its kind's (a, M, g) and what fits it, each (choices, blocks + 1)
+    groups = []  # per group: (its kind and moments, a, M, g, what fits it), each (choices, blocks + 1)
     choices = []  # per group: the indices of its kept choices among its kind's
-    kept_of: dict[tuple[str, bytes], np.ndarray] = {}  # groups of one kind that fit the same counts keep the same
+    kept_of: dict[tuple[str, bytes], tuple] = {}  # groups of one kind holding the same micro-batches keep the same
+    capacity = float(program.memory_capacity) * (1 + MEMORY_RTOL)
     for d in range(P):
         kind = "first" if d == 0 else "last" if d == P - 1 else "middle"
-        a, M, g, memory, rates = kinds[kind]
-        held = np.asarray(program.inflight, dtype=float)[d::P]
-        need = memory(held)
-        fits = np.isfinite(need) & (need <= float(program.memory_capacity) * (1 + MEMORY_RTOL))
-        if not fits.any():
-            return (math.inf, None) if contents else math.inf
-        if cutoff is not None:
-            # Whatever B, (c·v − 1)·B + the group's term ≥ c·a (B < M: B + c·(a − v·B); else c·v·M ≥ c·a): a
-            # count whose time alone reaches the cut-off is dropped, and the bound is then capped at it.
-            fits = fits & (c * a + sends < cutoff)
-            if not fits.any():
-                return (float(cutoff), None) if contents else float(cutoff)
-        # Bytes grow with n, so a choice fits the counts from the least up to its most. One that another beats in
-        # every rate its a, M and g grow with, and in that most, is never needed.
-        key = (kind, fits.tobytes())
+        a, _, g, largest, rates = kinds[kind]
+        moments = _moments(program, d)
+        key = (kind, moments.tobytes())
         if key not in kept_of:
-            most = np.where(fits.any(axis=1), fits.shape[1] - np.argmax(fits[:, ::-1], axis=1), -1)
-            kept_of[key] = undominated(np.arange(len(most)), np.zeros(len(most), dtype=int), [*rates, -most])
-        keep = kept_of[key]
-        groups.append((kind, a[keep], M[keep], g[keep], fits[keep]))
+            M = largest(moments, capacity)  # inf where the group's bytes fit no cut into chunks
+            fits = np.isfinite(M)
+            if cutoff is not None:
+                # Whatever B, (c·v − 1)·B + the group's term ≥ c·a (B < M: B + c·(a − v·B); else c·v·M ≥ c·a): a
+                # count whose time alone reaches the cut-off is dropped, and the bound is then capped at it.
+                fits = fits & (c * a + sends < cutoff)
+            # A choice that another beats in every rate its a and g grow with, and in M at every count, is never
+            # needed.
+            keep = undominated(np.arange(len(M)), np.zeros(len(M), dtype=int),
+                               [*rates, *np.where(fits, M, math.inf).T]) if fits.any() else fits.any(axis=1)
+            verdict = None if fits.any() else math.inf if not np.isfinite(M).any() else float(cutoff)
+            kept_of[key] = (keep, M[keep], fits[keep], verdict)
+        keep, M, fits, verdict = kept_of[key]
+        if verdict is not None:  # no count fits its memory (inf), or none can beat the cut-off (capped there)
+            return (verdict, None) if contents else verdict
+        groups.append((key, a[keep], M, g[keep], fits))
         choices.append(np.flatnonzero(keep))
     windows = [_window(*group[1:]) for group in groups]
     slots = np.unique(np.concatenate(
@@ -90,9 +91,9 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
     best, best_at = -math.inf, None
     for omega in (np.full(P, 1.0 / P), np.eye(P)[0], np.eye(P)[P - 1]):
         def value(B, w=omega):
-            costs, alike = [], {}  # groups of one kind that fit the same counts cost the same
-            for x, (kind, *_, fits), window in zip(w, groups, windows):
-                key = (kind, float(x), fits.tobytes())
+            costs, alike = [], {}
+            for x, (profile, *_), window in zip(w, groups, windows):
+                key = (profile, float(x))  # groups of one kind holding the same micro-batches cost the same
                 if key not in alike:
                     alike[key] = _slot_cost(B, c, v, x, *window[:5])
                 costs.append(alike[key])
@@ -158,16 +159,68 @@ def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind
         largest = _end_group_largest(t, x, n, v)
     largest = np.maximum(largest, a / v)
 
-    def memory(held: np.ndarray) -> np.ndarray:
-        # Activations: each chunk that must hold a block holds one, the rest sit in the chunk holding fewest.
-        free = held.sum() - (0.0 if end_chunk is None else held[end_chunk])
-        least_held = free + (n - at_least) * held.min()
-        end = xm + (0.0 if end_chunk is None else held[end_chunk]) * xa
-        out = ms[:, None, None] * n + ma[:, None, None] * least_held + end[None, :, None]
-        return np.where(n >= at_least, out, math.inf).reshape(-1, len(n))
+    def largest_fitting(moments: np.ndarray, capacity: float) -> np.ndarray:
+        # The largest chunk, at least the time bound above and at least what memory forces: with at most κ blocks
+        # in a chunk (the end layer's chunk: at most what fits beside it in κ blocks' time), the least bytes put
+        # one block in every chunk that must hold one and fill the chunks holding fewest micro-batches first, up
+        # to κ. Bytes fall as κ grows, so the least κ that fits is found by bisection; below it no cut fits.
+        T, X = np.broadcast_to(t[:, None, None], shape), np.broadcast_to(x[None, :, None], shape)
+        N = np.broadcast_to(n, shape)
+        static = ms[:, None, None] * n + xm[None, :, None]
+        spare = np.where(T > 0, np.ceil(X / np.where(T > 0, T, 1.0) - 1e-9), 0.0)  # blocks' worth of the end layer
+
+        def fits(kappa):
+            caps = np.where(T > 0, kappa, N)  # blocks that take no time are capped by nothing
+            end_cap = np.where(T > 0, kappa - spare, N)
+            ok = np.ones(shape, dtype=bool)
+            for held in moments:
+                least = _least_held(held, N, caps, end_cap, end_chunk)
+                end = 0.0 if end_chunk is None else held[end_chunk] * xa[None, :, None]
+                ok &= static + ma[:, None, None] * least + end <= capacity
+            return ok
+
+        hi = N + spare + 1.0  # caps that hold every block: the least bytes of any cut
+        found = fits(hi) & (N >= at_least)
+        lo = np.zeros(shape)
+        while np.any(found & (hi - lo > 1)):
+            mid = np.floor((lo + hi) / 2)
+            ok = fits(mid)
+            hi, lo = np.where(found & ok, mid, hi), np.where(found & ~ok, mid, lo)
+        # A chunk without the end layer holds at most κ blocks below κ·T; the end layer's may exceed (κ − 1)·T.
+        forced = (hi - (0.0 if end_chunk is None else 1.0)) * T
+        out = np.where(found, np.maximum(largest, forced), math.inf)
+        return out.reshape(-1, len(n))
 
     rates = [np.broadcast_to(rate, shape[:2]).ravel() for rate in (t[:, None], x[None, :], gk[:, None], xg[None, :])]
-    return (*(np.broadcast_to(arr, shape).reshape(-1, len(n)) for arr in (a, largest, g)), memory, rates)
+    return (*(np.broadcast_to(arr, shape).reshape(-1, len(n)) for arr in (a, largest, g)), largest_fitting, rates)
+
+
+def _moments(program: StageProgram, d: int) -> np.ndarray:
+    """(moments, v): the micro-batches group d's chunks hold (by position) at each moment its memory is priced:
+    the moment of `program.inflight` and every pattern of `program.held`; the group must fit at all of them."""
+    patterns = [np.asarray(program.inflight, dtype=float)[program.group_chunks[d]]]
+    if program.held is not None:
+        patterns += [h for h in np.asarray(program.held, dtype=float)[d] if h.any()]
+    return np.unique(np.array(patterns), axis=0)
+
+
+def _least_held(held: np.ndarray, n: np.ndarray, caps: np.ndarray, end_cap: np.ndarray,
+                end_chunk: int | None) -> np.ndarray:
+    """The least Σ_k held_k·n_k over block counts n_k per chunk adding up to n, each chunk at least one block
+    (the end layer's chunk at least none) and at most `caps` (the end layer's `end_cap`); inf where none does."""
+    least = np.ones(len(held))
+    if end_chunk is not None:
+        least[end_chunk] = 0.0
+    total = np.full(n.shape, float(held @ least))
+    left = n - least.sum()
+    short = left < 0  # fewer blocks than chunks that must hold one
+    for k in np.argsort(held, kind="stable"):
+        cap = end_cap if k == end_chunk else caps
+        short |= cap < least[k]
+        take = np.clip(np.minimum(left, cap - least[k]), 0.0, None)
+        total += held[k] * take
+        left = left - take
+    return np.where(short | (left > 0), math.inf, total)
 
 
 def _end_group_largest(t: np.ndarray, x: np.ndarray, n: np.ndarray, v: int) -> np.ndarray:
@@ -279,7 +332,7 @@ def _contents(program: StageProgram, reduced: Reduced, kept, groups, choices, wi
     n = blocks
     for d in reversed(range(P)):
         lo, k, row, before = picks[d]
-        kind = groups[d][0]
+        kind = groups[d][0][0]
         ends = 1 if kind == "middle" else len(kept[0 if kind == "first" else 2][0])
         block, end = divmod(int(choices[d][row[k[n]]]), ends)  # the kind's choice: block × end strategy
         counts[1][d, kept[1][4][block]] = lo + k[n]

@@ -158,10 +158,10 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
                 exact, contents = group_bound(program, folded(), contents=True)
                 bound = max(bound, exact)
                 plan, value = (None, math.inf) if contents is None else chain_plan(program, folded(), contents)
-                if value <= bound * (1 + OPTIMAL_RTOL) and value < cutoff:  # a plan attains it: optimal, no MILP
-                    return Outcome(Solution(stage_of=plan[0], strategy_of=plan[1], objective=value, optimal=True,
-                                            gap=0.0, time_s=time.perf_counter() - started, solver=solver), "optimal")
-                return Outcome(None, "deferred", bound, "bound")
+                found = None if value >= cutoff else _solution(plan, value, bound, started, solver)
+                if found is not None and found.optimal:  # a plan attains it: optimal, no MILP
+                    return Outcome(found, "optimal")
+                return Outcome(found, "deferred", bound, "bound")
     if not grouped and program.pipeline_degree > 1 and phase in (None, "bound") and (cutoff is None or bound < cutoff):
         # zero bubble: the busiest device group's work, by its contents (~0.02 s), before the chunk MILP; in
         # the "bound" phase the candidate then waits in the queue with it
@@ -186,18 +186,30 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
         # deferred after its device-group MILPs.
         step = "relaxation" if phase == "bound" else phase
         status, plan, best_bound = _linear(program, reduced, backend, deadline, cutoff, mip_gap, step)
-        if status == "deferred":
-            return Outcome(None, "deferred", max(best_bound, bound), "relaxation")
+        if status == "deferred":  # with the best direct plan of the device-group contents, if one beats the cutoff
+            value = evaluate(program, *plan) if plan is not None else math.inf
+            bound = max(best_bound, bound)
+            found = None if cutoff is not None and value >= cutoff else \
+                _solution(plan, value, bound, started, solver, proven=False)
+            return Outcome(found, "deferred", bound, "relaxation")
     value = evaluate(program, *plan) if plan is not None else math.inf
     if plan is None or (cutoff is not None and value >= cutoff):
         if status == "infeasible":
             return Outcome(None, "cutoff" if cutoff is not None else "infeasible")
         return Outcome(None, "cutoff" if status == "optimal" else "timeout")
-    gap = max(0.0, (value - max(best_bound, bound)) / value) if value > 0 else 0.0
-    optimal = status == "optimal" and gap <= OPTIMAL_RTOL
-    solution = Solution(stage_of=plan[0], strategy_of=plan[1], objective=value, optimal=optimal,
-                        gap=0.0 if optimal else gap, time_s=time.perf_counter() - started, solver=solver)
-    return Outcome(solution, "optimal" if optimal else "feasible")
+    solution = _solution(plan, value, max(best_bound, bound), started, solver, proven=status == "optimal")
+    return Outcome(solution, "optimal" if solution.optimal else "feasible")
+
+
+def _solution(plan, value: float, bound: float, started: float, solver: str, proven: bool = True) -> Solution | None:
+    """The Solution of a plan of TPI `value` against a proven lower `bound`: optimal when it is `proven` (the
+    solve ran to its end) and attains the bound; None without a plan."""
+    if plan is None or not math.isfinite(value):
+        return None
+    gap = max(0.0, (value - bound) / value) if value > 0 else 0.0
+    optimal = proven and gap <= OPTIMAL_RTOL
+    return Solution(stage_of=plan[0], strategy_of=plan[1], objective=value, optimal=optimal,
+                    gap=0.0 if optimal else gap, time_s=time.perf_counter() - started, solver=solver)
 
 
 def _remaining(deadline: float | None) -> float | None:
@@ -213,14 +225,17 @@ def _linear(program, reduced, backend_cls, deadline, cutoff, mip_gap, phase=None
     formulation = functools.cache(lambda: Formulation(program, reduced))  # built only once it is needed
     best, best_value, bound, start = None, math.inf, -math.inf, None
     if program.virtual_stages > 1 and phase != "chunks" and program.split_schedule is None:
-        status, bound, arranged = _by_group(program, reduced, formulation, backend_cls, deadline, cutoff)
+        status, bound, arranged, nearest = _by_group(program, reduced, formulation, backend_cls, deadline, cutoff)
         if status != "optimal" or arranged is not None:
-            return status, arranged, bound
+            return status, arranged if arranged is not None else nearest, bound
         if phase == "relaxation":
-            return "deferred", None, bound
+            return "deferred", nearest, bound
+        if nearest is not None:  # the chunk MILP starts from the best direct plan
+            best, best_value = nearest, evaluate(program, *nearest)
     form = formulation()
     tau = form.scale
     backend = backend_cls(form.model)
+    start = None if best is None else form.encode(*best)
     while True:
         remaining = _remaining(deadline)
         if remaining is not None and remaining <= 0:
@@ -249,11 +264,12 @@ def _by_group(program, reduced, formulation, backend_cls, deadline, cutoff):
     resharding at the chain's ends where an end can reshard (what the coarse bound most often misses: llama2-70b's
     head reshards from its blocks, and the edge counts took 0.6 s to see it where this takes 0.2 s); then, if
     that does not attain it, the one with edge counts, the direct construction and the chunk MILP with its group
-    contents fixed. Returns (status, bound in seconds, plan): ("optimal", bound, plan) when the plan attains the
-    bound (it is optimal); ("optimal", bound, None) when none does (the chunk MILP must decide, knowing the
-    bound); ("infeasible", inf, None) when no plan fits or beats `cutoff`; ("limit", bound, None) on the time
-    limit."""
+    contents fixed. Returns (status, bound in seconds, plan, nearest): ("optimal", bound, plan, _) when the plan
+    attains the bound (it is optimal); ("optimal", bound, None, nearest) when none does (the chunk MILP must
+    decide, knowing the bound, from the best direct plan `nearest` when one beat `cutoff`); ("infeasible", inf,
+    None, None) when no plan fits or beats `cutoff`; ("limit", bound, None, nearest) on the time limit."""
     tau, bound = scale_of(program, reduced), -math.inf
+    nearest, nearest_value = None, math.inf if cutoff is None else cutoff
     for edges in (False, True):
         relaxation = GroupRelaxation(program, reduced, tau, edges)
         backend = HighsBackend(relaxation.model, HIGHS_SMALL) if backend_cls is HighsBackend and not edges \
@@ -262,24 +278,25 @@ def _by_group(program, reduced, formulation, backend_cls, deadline, cutoff):
         # With a cut-off, HiGHS may return a point above it: then nothing below it exists.
         if result.status == "infeasible" or (cutoff is not None and result.x is not None
                                              and result.bound * tau >= cutoff):
-            return "infeasible", math.inf, None
+            return "infeasible", math.inf, None, None
         if result.status != "optimal":
-            return "limit", max(bound, result.bound * tau), None
+            return "limit", max(bound, result.bound * tau), None, nearest
         bound = max(bound, result.bound * tau)
-        plan = _attaining(program, reduced, formulation if edges else None, backend_cls,
-                          relaxation.contents(result.x), bound, deadline)
+        contents = relaxation.contents(result.x)
+        direct, value = chain_plan(program, reduced, contents)
+        if value < nearest_value:
+            nearest, nearest_value = direct, value
+        plan = direct if value <= bound * (1 + OPTIMAL_RTOL) else \
+            _attaining(program, reduced, formulation if edges else None, backend_cls, contents, bound, deadline)
         if plan is not None:
-            return "optimal", bound, plan
-    return ("limit" if _remaining(deadline) == 0 else "optimal"), bound, None
+            return "optimal", bound, plan, None
+    return ("limit" if _remaining(deadline) == 0 else "optimal"), bound, None, nearest
 
 
 def _attaining(program, reduced, formulation, backend_cls, contents, bound: float, deadline):
-    """A plan holding the given device-group contents whose TPI attains `bound`, or None: the direct
-    construction (group_relaxation.chain_plan) if it does, else (given a `formulation`) the chunk MILP with
-    those contents fixed, cut off just above the bound."""
-    direct, value = chain_plan(program, reduced, contents)
-    if value <= bound * (1 + OPTIMAL_RTOL):
-        return direct
+    """A plan holding the given device-group contents whose TPI attains `bound`, or None (the direct
+    construction, group_relaxation.chain_plan, did not): given a `formulation`, the chunk MILP with those
+    contents fixed, cut off just above the bound."""
     if formulation is None:
         return None
     target = bound * (1 + OPTIMAL_RTOL / 2)

@@ -437,10 +437,14 @@ class _State:
 
     def defer(self, queue: list, entry: tuple[int, float, int], outcome: Outcome, seconds: float) -> bool:
         """Put a deferred candidate back in the queue, in order, with the bound it now has: it is solved further
-        after the candidates that may beat it, or skipped if one does."""
+        after the candidates that may beat it, or skipped if one does. A plan its step built on the way (not
+        proven optimal) becomes the incumbent when it is better."""
         if outcome.status != "deferred":
             return False
         tier, bound, index = entry
+        sol = outcome.solution
+        if sol is not None and (self.best is None or sol.objective < self.best.objective):
+            self.best_index, self.best = index, sol
         self.deferred[index] = self.deferred.get(index, 0.0) + seconds
         self.deferrals[index] = PHASES.index(outcome.phase) + 1  # its next solve takes the step after it
         if self.phase(index) == "chunks":
