@@ -91,12 +91,10 @@ def test_every_row_of_the_group_relaxation_is_named(edges):
         program = random_program(seed, layers=8, strategies=3, stages=2, runs=[1, 6, 1], layouts=[0, 1, 1],
                                  memory=60.0, virtual_stages=2)
         reduced = reduce_program(program, fold=True)
-        relaxation = GroupRelaxation(program, reduced, scale_of(program, reduced), edges)
-        model = relaxation.model
+        model = GroupRelaxation(program, reduced, scale_of(program, reduced), edges).model
         assert_all_named(model)
         kinds = model.kinds()
-        moments = sum(len(relaxation._held(d)) for d in range(program.pipeline_degree))  # one memory row each
-        assert kinds["run_placed"] == len(reduced.runs) and kinds["memory"] == moments >= program.pipeline_degree
+        assert kinds["run_placed"] == len(reduced.runs) and kinds["memory"] == program.pipeline_degree
         assert ("degree_in" in kinds) == edges and ("group_size" in kinds) == (not edges)
 
 

@@ -163,45 +163,53 @@ def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind
         # The largest chunk, at least the time bound above and at least what memory forces: with at most κ blocks
         # in a chunk (the end layer's chunk: at most what fits beside it in κ blocks' time), the least bytes put
         # one block in every chunk that must hold one and fill the chunks holding fewest micro-batches first, up
-        # to κ. Bytes fall as κ grows, so the least κ that fits is found by bisection; below it no cut fits.
-        T, X = np.broadcast_to(t[:, None, None], shape), np.broadcast_to(x[None, :, None], shape)
-        N = np.broadcast_to(n, shape)
-        static = ms[:, None, None] * n + xm[None, :, None]
-        spare = np.where(T > 0, np.ceil(X / np.where(T > 0, T, 1.0) - 1e-9), 0.0)  # blocks' worth of the end layer
+        # to κ. Bytes fall as κ grows, so where the cut the time bound allows does not fit, the least κ that
+        # fits is found by bisection (on those counts only: most fit at once or not at all); below it none fits.
+        T, X, N, Xa, M = (np.broadcast_to(arr, shape).ravel() for arr in (t[:, None, None], x[None, :, None], n,
+                                                                          xa[None, :, None], largest))
+        Ms, Ma = (np.broadcast_to(arr[:, None, None], shape).ravel() for arr in (ms, ma))
+        static = Ms * N + np.broadcast_to(xm[None, :, None], shape).ravel()
+        timed = T > 0  # blocks that take no time are capped by nothing
+        step = np.where(timed, T, 1.0)
+        spare = np.where(timed, np.ceil(X / step - 1e-9), 0.0)  # blocks' worth of the end layer's time
 
-        def fits(kappa):
-            caps = np.where(T > 0, kappa, N)  # blocks that take no time are capped by nothing
-            end_cap = np.where(T > 0, kappa - spare, N)
-            ok = np.ones(shape, dtype=bool)
+        def fits(kappa, at):
+            caps = np.where(timed[at], kappa, N[at])
+            end_cap = np.where(timed[at], kappa - spare[at], N[at])
+            ok = np.ones(len(at), dtype=bool)
             for held in moments:
-                least = _least_held(held, N, caps, end_cap, end_chunk)
-                end = 0.0 if end_chunk is None else held[end_chunk] * xa[None, :, None]
-                ok &= static + ma[:, None, None] * least + end <= capacity
+                least = _least_held(held, N[at], caps, end_cap, end_chunk)
+                end = 0.0 if end_chunk is None else held[end_chunk] * Xa[at]
+                ok &= static[at] + Ma[at] * least + end <= capacity
             return ok
 
+        every = np.arange(len(T))
         hi = N + spare + 1.0  # caps that hold every block: the least bytes of any cut
-        found = fits(hi) & (N >= at_least)
-        lo = np.zeros(shape)
-        while np.any(found & (hi - lo > 1)):
-            mid = np.floor((lo + hi) / 2)
-            ok = fits(mid)
-            hi, lo = np.where(found & ok, mid, hi), np.where(found & ~ok, mid, lo)
+        found = fits(hi, every) & (N >= at_least)
+        lo = np.floor(M / step * (1 + 1e-12))  # the most blocks a chunk holds within the time bound
+        at = every[found & timed]
+        at = at[~fits(lo[at], at)]
+        while len(at) and np.any(hi[at] - lo[at] > 1):
+            mid = np.floor((lo[at] + hi[at]) / 2)
+            ok = fits(mid, at)
+            hi[at], lo[at] = np.where(ok, mid, hi[at]), np.where(ok, lo[at], mid)
+            at = at[hi[at] - lo[at] > 1]
+        forced = M.copy()
+        raised = every[found & timed]
+        raised = raised[hi[raised] <= N[raised] + spare[raised]]  # a cut within the caps had to be found
         # A chunk without the end layer holds at most κ blocks below κ·T; the end layer's may exceed (κ − 1)·T.
-        forced = (hi - (0.0 if end_chunk is None else 1.0)) * T
-        out = np.where(found, np.maximum(largest, forced), math.inf)
-        return out.reshape(-1, len(n))
+        forced[raised] = np.maximum(M[raised], (hi[raised] - (0.0 if end_chunk is None else 1.0)) * T[raised])
+        return np.where(found, forced, math.inf).reshape(-1, len(n))
 
     rates = [np.broadcast_to(rate, shape[:2]).ravel() for rate in (t[:, None], x[None, :], gk[:, None], xg[None, :])]
     return (*(np.broadcast_to(arr, shape).reshape(-1, len(n)) for arr in (a, largest, g)), largest_fitting, rates)
 
 
 def _moments(program: StageProgram, d: int) -> np.ndarray:
-    """(moments, v): the micro-batches group d's chunks hold (by position) at each moment its memory is priced:
-    the moment of `program.inflight` and every pattern of `program.held`; the group must fit at all of them."""
-    patterns = [np.asarray(program.inflight, dtype=float)[program.group_chunks[d]]]
-    if program.held is not None:
-        patterns += [h for h in np.asarray(program.held, dtype=float)[d] if h.any()]
-    return np.unique(np.array(patterns), axis=0)
+    """(1, v): the micro-batches group d's chunks hold (by position) at the moment of `program.inflight`, a moment
+    of the group's peak. (`program.held` lists every such moment, 50–60 per group on GPT 1T's pp16·v8; pricing
+    them all made this bound 20× slower for a few candidates' worth of strength.)"""
+    return np.asarray(program.inflight, dtype=float)[program.group_chunks[d]][None, :]
 
 
 def _least_held(held: np.ndarray, n: np.ndarray, caps: np.ndarray, end_cap: np.ndarray,

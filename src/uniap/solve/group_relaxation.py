@@ -355,8 +355,8 @@ class GroupRelaxation:
         return [term(self.Z[d][q], red.between(q, red.R) / tau) for q in (r - 1, r) if 0 <= q < len(red.runs) - 1]
 
     def add_memory_constraint(self, bld: Builder, d: int) -> None:
-        """Group d's bytes fit its devices, one row per moment its schedule holds activations (`_held`): with h_k
-        the micro-batches its position-k chunk holds then, every layer holds at least min h, the chain's
+        """Group d's bytes fit its devices at the moment of `program.inflight` (h_k micro-batches in its
+        position-k chunk; a moment of its peak, so a valid floor): every layer holds at least min h, the chain's
         single-layer ends the h of the chunk they sit in, and a run with at most κ layers per chunk (v·κ ≥ N,
         `add_slot_constraint`) has at least N − (v − 1)·κ of them in every chunk, so its activations add at least
         Σ_k (h_k − min h)·Ma·(N − (v − 1)·κ) over each strategy's count. Without that term a group could put its
@@ -366,34 +366,25 @@ class GroupRelaxation:
         if not math.isfinite(cap):
             return
         v, red, runs = self.program.virtual_stages, self.reduced, self.reduced.runs
-        chunks = self.program.group_chunks[d]
-        for n, held in enumerate(self._held(d)):
-            least, spread = float(held.min()), float((held - held.min()).sum())
-            parts = []
-            for r, run in enumerate(runs):
-                at = self._end_chunk(r)
-                infl = float(held[list(chunks).index(at)]) if at in chunks else least
-                Ms, Ma = red.Ms[run.first, run.keep], red.Ma[run.first, run.keep]
-                parts.append(term(self.N[r][d], (Ms + infl * Ma) / cap))
-                kappa = self.kappa.get((r, d))
-                if kappa is None or spread == 0:
-                    continue
-                extra = bld.variables(1, 0, name=f"spread_memory[run={r},group={d},moment={n}]")[0]
-                for j in np.flatnonzero((self.most[r][d] > 0) & (Ma > 0)):
-                    unit = spread * float(Ma[j]) / cap  # extra ≥ spread·Ma·(N_j − (v − 1)·κ), ≤ 0 unless j is used
-                    bld.row(plus(term(extra), term(self.N[r][d, j], -unit), term(kappa, unit * (v - 1))), 0,
-                            name=named("spread_memory", run=r, group=d, moment=n, strategy=int(run.keep[j])))
-                parts.append(term(extra))
-            bld.row(plus(*parts), hi=1.0, name=named("memory", group=d, moment=n))
-
-    def _held(self, d: int) -> list[np.ndarray]:
-        """Micro-batches group d's chunks hold (by position) at the moments its memory rows price: each distinct
-        pattern of `program.held`, and the moment of `program.inflight`."""
-        program = self.program
-        patterns = [np.asarray(program.inflight, dtype=float)[program.group_chunks[d]]]
-        if program.held is not None:
-            patterns += [h for h in np.asarray(program.held, dtype=float)[d] if h.any()]
-        return [np.array(h) for h in sorted({tuple(h) for h in patterns})]
+        chunks = list(self.program.group_chunks[d])
+        held = np.asarray(self.program.inflight, dtype=float)[chunks]
+        least, spread = float(held.min()), float((held - held.min()).sum())
+        parts = []
+        for r, run in enumerate(runs):
+            at = self._end_chunk(r)
+            infl = float(held[chunks.index(at)]) if at in chunks else least
+            Ms, Ma = red.Ms[run.first, run.keep], red.Ma[run.first, run.keep]
+            parts.append(term(self.N[r][d], (Ms + infl * Ma) / cap))
+            kappa = self.kappa.get((r, d))
+            if kappa is None or spread == 0:
+                continue
+            extra = bld.variables(1, 0, name=f"spread_memory[run={r},group={d}]")[0]
+            for j in np.flatnonzero((self.most[r][d] > 0) & (Ma > 0)):
+                unit = spread * float(Ma[j]) / cap  # extra ≥ spread·Ma·(N_j − (v − 1)·κ), ≤ 0 unless j is used
+                bld.row(plus(term(extra), term(self.N[r][d, j], -unit), term(kappa, unit * (v - 1))), 0,
+                        name=named("spread_memory", run=r, group=d, strategy=int(run.keep[j])))
+            parts.append(term(extra))
+        bld.row(plus(*parts), hi=1.0, name=named("memory", group=d))
 
     def _end_chunk(self, r: int) -> int | None:
         """The chunk a single-layer run at an end of the chain sits in (the first chunk, or the last), else None."""
