@@ -117,3 +117,16 @@ def check_matches_reference(program: StageProgram) -> None:
     reference = solve_reference(program)
     for fold in (True, False):
         assert_same_optimum(program, solve(program, fold=fold), reference)
+
+
+def model_chain(seed: int, base: int, memory: tuple[float, float], extra_layers: int = 3, rounds: int = 3,
+                **options) -> StageProgram:
+    """A chain shaped like a model (a first layer, a run of identical blocks, a last layer) of 3 strategies on
+    (P, v) = (2, 2), (2, 3) or (3, 2) by seed, with up to `extra_layers` − 1 layers beyond P·v, P to P·(rounds −
+    1) micro-batches and a capacity drawn from `memory`; its random draws seeded by base + seed."""
+    rng = np.random.default_rng(base + seed)
+    P, v = [(2, 2), (2, 3), (3, 2)][seed % 3]
+    L = P * v + int(rng.integers(0, extra_layers))
+    return random_program(seed, layers=L, strategies=3, stages=P, micro_batches=P * int(rng.integers(1, rounds)),
+                          runs=[1, L - 2, 1], memory=float(rng.uniform(*memory)), virtual_stages=v, **options)
+

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import pytest
-from random_tables import random_program
+from random_tables import model_chain, random_program
 
 from uniap.planner import Candidate, build_candidate
 from uniap.solve.backends import HighsBackend
@@ -63,11 +63,7 @@ def test_memory_forces_the_largest_chunk(monkeypatch):
 
     tighter = 0
     for seed in range(60):
-        rng = np.random.default_rng(70_000 + seed)
-        P, v = [(2, 2), (2, 3), (3, 2)][seed % 3]
-        L = P * v + int(rng.integers(0, 5))
-        program = random_program(seed, layers=L, strategies=3, stages=P, micro_batches=P * int(rng.integers(1, 4)),
-                                 runs=[1, L - 2, 1], memory=float(rng.uniform(15, 45)), virtual_stages=v)
+        program = model_chain(seed, 70_000, (15, 45), extra_layers=5, rounds=4)
         reduced = reduce_program(program, fold=True)
         reference = solve_reference(program)
         forced = group_bound(program, reduced)

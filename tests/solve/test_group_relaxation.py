@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from random_tables import random_program
+from random_tables import model_chain, random_program
 
 import uniap.solve.milp as milp
 from uniap.planner import Candidate, build_candidate
@@ -90,12 +90,7 @@ def test_the_coarse_bound_prices_resharding_at_the_chain_ends():
     below its bound on the same chain without that resharding, and is tighter on some."""
     tighter = 0
     for seed in range(40):
-        rng = np.random.default_rng(40_000 + seed)
-        P, v = [(2, 2), (2, 3), (3, 2)][seed % 3]
-        L = P * v + int(rng.integers(0, 3))
-        program = random_program(seed, layers=L, strategies=3, stages=P, micro_batches=P * int(rng.integers(1, 3)),
-                                 runs=[1, L - 2, 1], memory=float(rng.uniform(30, 80)), virtual_stages=v,
-                                 layouts=[0, 0, 1] if seed % 2 else [0, 1, 1])
+        program = model_chain(seed, 40_000, (30, 80), layouts=[0, 0, 1] if seed % 2 else [0, 1, 1])
         reference = solve_reference(program)
         _, _, with_ends, scale = _relax(program, edges=False)
         _, _, without, _ = _relax(_without_end_resharding(program), edges=False)
