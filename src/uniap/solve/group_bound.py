@@ -58,32 +58,35 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
     kept = [_kept(reduced, run, end=r != 1) for r, run in enumerate(runs)]
     kinds = {kind: _group_terms(program, kept, kind, blocks) for kind in ("first", "middle", "last")}
     sends = least_sends(program, np.asarray(program.allowed))
-    groups = []  # per group: (its kind and moments, a, M, g, what fits it), each (choices, blocks + 1)
+    groups = []  # per group: ((its kind, its profile), a, M, g, what fits it), each (choices, blocks + 1)
     choices = []  # per group: the indices of its kept choices among its kind's
-    kept_of: dict[tuple[str, bytes], tuple] = {}  # groups of one kind holding the same micro-batches keep the same
+    kept_of: dict[tuple, tuple] = {}  # groups of one kind whose M and counts that fit agree keep the same
     capacity = float(program.memory_capacity) * (1 + MEMORY_RTOL)
     for d in range(P):
         kind = "first" if d == 0 else "last" if d == P - 1 else "middle"
-        a, _, g, largest, rates = kinds[kind]
-        moments = _moments(program, d)
-        key = (kind, moments.tobytes())
+        a, time_bound, g, largest, rates, byte_rates = kinds[kind]
+        M = largest(_moments(program, d), capacity)  # inf where the group's bytes fit no cut into chunks
+        fits = np.isfinite(M)
+        if cutoff is not None:
+            # Whatever B, (c·v − 1)·B + the group's term ≥ c·a (B < M: B + c·(a − v·B); else c·v·M ≥ c·a): a
+            # count whose time alone reaches the cut-off is dropped, and the bound is then capped at it.
+            fits = fits & (c * a + sends < cutoff)
+        key = (kind, fits.tobytes(), M.tobytes())
         if key not in kept_of:
-            M = largest(moments, capacity)  # inf where the group's bytes fit no cut into chunks
-            fits = np.isfinite(M)
-            if cutoff is not None:
-                # Whatever B, (c·v − 1)·B + the group's term ≥ c·a (B < M: B + c·(a − v·B); else c·v·M ≥ c·a): a
-                # count whose time alone reaches the cut-off is dropped, and the bound is then capped at it.
-                fits = fits & (c * a + sends < cutoff)
-            # A choice that another beats in every rate its a and g grow with, and in M at every count, is never
-            # needed.
+            # A choice that another beats in every rate its a and g grow with, and in the most count that fits,
+            # is never needed: M grows with those rates too, and where memory forces it higher it grows with the
+            # bytes as well (with a lighter, faster choice, every largest chunk that fits the other's bytes fits
+            # its own), so there the bytes must be beaten too.
+            most = np.where(fits.any(axis=1), fits.shape[1] - np.argmax(fits[:, ::-1], axis=1), -1)
+            forced = not np.array_equal(M[fits], time_bound[fits])
             keep = undominated(np.arange(len(M)), np.zeros(len(M), dtype=int),
-                               [*rates, *np.where(fits, M, math.inf).T]) if fits.any() else fits.any(axis=1)
+                               [*rates, *(byte_rates if forced else ()), -most]) if fits.any() else fits.any(axis=1)
             verdict = None if fits.any() else math.inf if not np.isfinite(M).any() else float(cutoff)
-            kept_of[key] = (keep, M[keep], fits[keep], verdict)
-        keep, M, fits, verdict = kept_of[key]
+            kept_of[key] = (len(kept_of), keep, M[keep], fits[keep], verdict)
+        profile, keep, M, fits, verdict = kept_of[key]
         if verdict is not None:  # no count fits its memory (inf), or none can beat the cut-off (capped there)
             return (verdict, None) if contents else verdict
-        groups.append((key, a[keep], M, g[keep], fits))
+        groups.append(((kind, profile), a[keep], M, g[keep], fits))
         choices.append(np.flatnonzero(keep))
     windows = [_window(*group[1:]) for group in groups]
     slots = np.unique(np.concatenate(
@@ -93,7 +96,7 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
         def value(B, w=omega):
             costs, alike = [], {}
             for x, (profile, *_), window in zip(w, groups, windows):
-                key = (profile, float(x))  # groups of one kind holding the same micro-batches cost the same
+                key = (profile, float(x))  # groups of one profile (kind, M, what fits) cost the same
                 if key not in alike:
                     alike[key] = _slot_cost(B, c, v, x, *window[:5])
                 costs.append(alike[key])
@@ -159,20 +162,24 @@ def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind
         largest = _end_group_largest(t, x, n, v)
     largest = np.maximum(largest, a / v)
 
+    # Per (block strategy, end strategy, n), flat, for `largest_fitting` (the same for every group of the kind).
+    T, X, N, Xa, M = (np.broadcast_to(arr, shape).ravel() for arr in (t[:, None, None], x[None, :, None], n,
+                                                                      xa[None, :, None], largest))
+    Ma = np.broadcast_to(ma[:, None, None], shape).ravel()
+    static = (ms[:, None, None] * n + xm[None, :, None]).ravel()
+    timed = T > 0  # blocks that take no time are capped by nothing
+    step = np.where(timed, T, 1.0)
+    spare = np.where(timed, np.ceil(X / step - 1e-9), 0.0)  # blocks' worth of the end layer's time
+    every = np.arange(len(T))
+    top = N + spare + 1.0  # caps that hold every block: the least bytes of any cut
+    within = np.floor(M / step * (1 + 1e-12))  # the most blocks a chunk holds within the time bound
+
     def largest_fitting(moments: np.ndarray, capacity: float) -> np.ndarray:
         # The largest chunk, at least the time bound above and at least what memory forces: with at most κ blocks
         # in a chunk (the end layer's chunk: at most what fits beside it in κ blocks' time), the least bytes put
         # one block in every chunk that must hold one and fill the chunks holding fewest micro-batches first, up
         # to κ. Bytes fall as κ grows, so where the cut the time bound allows does not fit, the least κ that
         # fits is found by bisection (on those counts only: most fit at once or not at all); below it none fits.
-        T, X, N, Xa, M = (np.broadcast_to(arr, shape).ravel() for arr in (t[:, None, None], x[None, :, None], n,
-                                                                          xa[None, :, None], largest))
-        Ms, Ma = (np.broadcast_to(arr[:, None, None], shape).ravel() for arr in (ms, ma))
-        static = Ms * N + np.broadcast_to(xm[None, :, None], shape).ravel()
-        timed = T > 0  # blocks that take no time are capped by nothing
-        step = np.where(timed, T, 1.0)
-        spare = np.where(timed, np.ceil(X / step - 1e-9), 0.0)  # blocks' worth of the end layer's time
-
         def fits(kappa, at):
             caps = np.where(timed[at], kappa, N[at])
             end_cap = np.where(timed[at], kappa - spare[at], N[at])
@@ -183,10 +190,8 @@ def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind
                 ok &= static[at] + Ma[at] * least + end <= capacity
             return ok
 
-        every = np.arange(len(T))
-        hi = N + spare + 1.0  # caps that hold every block: the least bytes of any cut
+        hi, lo = top.copy(), within.copy()
         found = fits(hi, every) & (N >= at_least)
-        lo = np.floor(M / step * (1 + 1e-12))  # the most blocks a chunk holds within the time bound
         at = every[found & timed]
         at = at[~fits(lo[at], at)]
         while len(at) and np.any(hi[at] - lo[at] > 1):
@@ -202,7 +207,10 @@ def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind
         return np.where(found, forced, math.inf).reshape(-1, len(n))
 
     rates = [np.broadcast_to(rate, shape[:2]).ravel() for rate in (t[:, None], x[None, :], gk[:, None], xg[None, :])]
-    return (*(np.broadcast_to(arr, shape).reshape(-1, len(n)) for arr in (a, largest, g)), largest_fitting, rates)
+    byte_rates = [np.broadcast_to(rate, shape[:2]).ravel() for rate in (ms[:, None], ma[:, None], xm[None, :],
+                                                                        xa[None, :])]
+    return (*(np.broadcast_to(arr, shape).reshape(-1, len(n)) for arr in (a, largest, g)), largest_fitting, rates,
+            byte_rates)
 
 
 def _moments(program: StageProgram, d: int) -> np.ndarray:
