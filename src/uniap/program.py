@@ -62,6 +62,12 @@ class StageProgram:
         return order.reshape(self.pipeline_degree, self.virtual_stages)
 
     @property
+    def group_inflight(self) -> np.ndarray:
+        """(P, v) `inflight` by device group and chunk position (`group_chunks`): what each group's chunks hold at
+        one moment of its peak, the moment the solver's memory bounds price."""
+        return np.asarray(self.inflight, dtype=float)[self.group_chunks]
+
+    @property
     def pipeline_degree(self) -> int:
         """Device groups of the pipeline: stages / virtual_stages."""
         return self.stages // self.virtual_stages

@@ -65,7 +65,7 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
     for d in range(P):
         kind = "first" if d == 0 else "last" if d == P - 1 else "middle"
         a, time_bound, g, largest, rates, byte_rates = kinds[kind]
-        M = largest(_moments(program, d), capacity)  # inf where the group's bytes fit no cut into chunks
+        M = largest(program.group_inflight[d], capacity)  # inf where the group's bytes fit no cut into chunks
         fits = np.isfinite(M)
         if cutoff is not None:
             # Whatever B, (c·v − 1)·B + the group's term ≥ c·a (B < M: B + c·(a − v·B); else c·v·M ≥ c·a): a
@@ -174,8 +174,10 @@ def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind
     top = N + spare + 1.0  # caps that hold every block: the least bytes of any cut
     within = np.floor(M / step * (1 + 1e-12))  # the most blocks a chunk holds within the time bound
 
-    def largest_fitting(moments: np.ndarray, capacity: float) -> np.ndarray:
-        # The largest chunk, at least the time bound above and at least what memory forces: with at most κ blocks
+    def largest_fitting(held: np.ndarray, capacity: float) -> np.ndarray:
+        # The largest chunk, at least the time bound above and at least what memory forces at the moment `held`
+        # (micro-batches per chunk position; `program.held` lists 50–60 such moments per group on GPT 1T's pp16·v8,
+        # and pricing them all made this bound 20× slower for little strength): with at most κ blocks
         # in a chunk (the end layer's chunk: at most what fits beside it in κ blocks' time), the least bytes put
         # one block in every chunk that must hold one and fill the chunks holding fewest micro-batches first, up
         # to κ. Bytes fall as κ grows, so where the cut the time bound allows does not fit, the least κ that
@@ -183,12 +185,9 @@ def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind
         def fits(kappa, at):
             caps = np.where(timed[at], kappa, N[at])
             end_cap = np.where(timed[at], kappa - spare[at], N[at])
-            ok = np.ones(len(at), dtype=bool)
-            for held in moments:
-                least = _least_held(held, N[at], caps, end_cap, end_chunk)
-                end = 0.0 if end_chunk is None else held[end_chunk] * Xa[at]
-                ok &= static[at] + Ma[at] * least + end <= capacity
-            return ok
+            least = _least_held(held, N[at], caps, end_cap, end_chunk)
+            end = 0.0 if end_chunk is None else held[end_chunk] * Xa[at]
+            return static[at] + Ma[at] * least + end <= capacity
 
         hi, lo = top.copy(), within.copy()
         found = fits(hi, every) & (N >= at_least)
@@ -211,13 +210,6 @@ def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind
                                                                         xa[None, :])]
     return (*(np.broadcast_to(arr, shape).reshape(-1, len(n)) for arr in (a, largest, g)), largest_fitting, rates,
             byte_rates)
-
-
-def _moments(program: StageProgram, d: int) -> np.ndarray:
-    """(1, v): the micro-batches group d's chunks hold (by position) at the moment of `program.inflight`, a moment
-    of the group's peak. (`program.held` lists every such moment, 50–60 per group on GPT 1T's pp16·v8; pricing
-    them all made this bound 20× slower for a few candidates' worth of strength.)"""
-    return np.asarray(program.inflight, dtype=float)[program.group_chunks[d]][None, :]
 
 
 def _least_held(held: np.ndarray, n: np.ndarray, caps: np.ndarray, end_cap: np.ndarray,

@@ -126,9 +126,7 @@ class GroupRelaxation:
     def _most(self, r: int) -> np.ndarray:
         """(P, K_r) most layers of run r group d can hold under each strategy: the run, or what memory allows."""
         program, run, red = self.program, self.reduced.runs[r], self.reduced
-        P = program.pipeline_degree
-        inflight = np.asarray(program.inflight, dtype=float)
-        least_inflight = np.array([inflight[d::P].min() for d in range(P)])
+        least_inflight = program.group_inflight.min(axis=1)
         per_layer = red.Ms[run.first, run.keep][None, :] + least_inflight[:, None] * red.Ma[run.first, run.keep]
         with np.errstate(divide="ignore", invalid="ignore"):
             by_memory = np.floor(float(program.memory_capacity) / per_layer * (1 + 1e-9))
@@ -367,7 +365,7 @@ class GroupRelaxation:
             return
         v, red, runs = self.program.virtual_stages, self.reduced, self.reduced.runs
         chunks = list(self.program.group_chunks[d])
-        held = np.asarray(self.program.inflight, dtype=float)[chunks]
+        held = self.program.group_inflight[d]
         least, spread = float(held.min()), float((held - held.min()).sum())
         parts = []
         for r, run in enumerate(runs):

@@ -122,7 +122,7 @@ def _patterns(program: StageProgram) -> np.ndarray:
     program's `held`, or its in-flight counts as one pattern)."""
     if program.held is not None:
         return np.asarray(program.held, dtype=float)
-    return np.asarray(program.inflight, dtype=float)[program.group_chunks][:, None, :]
+    return program.group_inflight[:, None, :]
 
 
 class Group:
