@@ -389,7 +389,10 @@ def lower_bound(program: StageProgram) -> float:
     memory = Ms + infl.min() * Ma
     if program.split_schedule is not None:
         beta = schedule_named(program.split_schedule).forward_bubble(P)
-        return max(_split_bound(program.micro_batches, v, S, float(a.max()), P, beta) + sync,
+        # the v chunks holding the most layers of one kind hold at least v·q + min(v, r) of its n (n = q·S + r)
+        most = v * (count // program.stages) + np.minimum(v, count % program.stages)
+        held = max(float(a.max()), float((most * a).max()))
+        return max(_split_bound(program.micro_batches, v, S, held, P, beta) + sync,
                    _memory_dual_bound(program, memory, cap * P, rows, count))
     sends = least_sends(program, np.asarray(program.allowed))
     simple = (S + sends) / v + (program.micro_batches - 1 / v) * max(S / P, float(a.max())) + sync
@@ -399,13 +402,17 @@ def lower_bound(program: StageProgram) -> float:
     return max(simple, _memory_dual_bound(program, memory, cap * P, rows, count) + sends / v)
 
 
-def _split_bound(c: int, v: int, S: float, largest: float, P: int, beta: float) -> float:
-    """A lower bound on `split_backward_tpi` (without the sync) for chunk times adding up to at least S with a
-    layer of `largest` seconds in one: its steady state is at least c times the v longest chunks, which hold at
-    least S/P and the largest layer, and its bubble at least β·F̂ ≥ β·FORWARD_SHARE·p_{v+1}. With T the v longest
-    and b the next, S ≤ T + (P − 1)·v·b and T ≥ v·b, so c·T + β·FORWARD_SHARE·b is least at equal chunks:
-    c·S/P + β·FORWARD_SHARE·S/(P·v)."""
-    return max(c * S / P + beta * FORWARD_SHARE * S / (P * v), c * largest)
+def _split_bound(c: int, v: int, S: float, held: float, P: int, beta: float) -> float:
+    """A lower bound on `split_backward_tpi` (without the sync) for chunk times adding up to at least S whose v
+    longest chunks hold at least `held` (the largest layer; ⌈n / (P·v)⌉ of n identical layers in one chunk and
+    their share of the rest in each of the next v − 1: 80 blocks in 48 chunks put two in each of the v longest).
+    Its steady state is at least c times the v longest chunks, T ≥ max(S/P, held), and its bubble at least
+    β·F̂ ≥ β·FORWARD_SHARE·p_{v+1}, the (v+1)-th longest chunk being at least the mean b ≥ (S − T)/(P·v − v) of
+    the chunks beyond the v longest. c·T + β·FORWARD_SHARE·(S − T)/(P·v − v) is linear in T on [max(S/P, held),
+    S] and c·T beyond, so its least is at an end (at the lower one wherever the bubble's slope is below c); equal
+    chunks give c·S/P + β·FORWARD_SHARE·S/(P·v)."""
+    T = max(S / P, held)
+    return min(c * T + beta * FORWARD_SHARE * max(S - T, 0.0) / max(P * v - v, 1), c * max(S, T))
 
 
 SLOT_ROUNDS = 3
