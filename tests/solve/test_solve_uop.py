@@ -149,12 +149,17 @@ def test_interleaved_candidates_solved_in_phases_reach_the_whole_solve(seed):
         assert outcome.status == "optimal" and outcome.solution.objective == pytest.approx(whole.objective)
 
 
-def test_a_chain_the_group_bound_does_not_cover_is_deferred_after_its_device_group_milps():
+def test_a_chain_of_several_block_kinds_is_deferred_by_its_one_block_bound_then_its_device_group_milps():
+    """Runs of 2, 5 and 2 layers: the group bound does not cover the chain, its one-block relaxation does
+    (solve.one_block), and the device-group MILPs come after."""
     from uniap.solve.milp import solve_outcome
 
     program = random_program(3, layers=9, strategies=3, stages=2, micro_batches=4, runs=[2, 5, 2],
                              layouts=[0, 0, 1], memory=60.0, virtual_stages=2)
-    outcome = solve_outcome(program, cutoff=1e9, phase="bound")
-    assert outcome.status == "deferred" and outcome.phase == "relaxation"
+    optimum = solve(program).objective
+    first = solve_outcome(program, cutoff=1e9, phase="bound")
+    assert first.status == "deferred" and first.phase == "bound" and first.bound <= optimum * (1 + 1e-9)
+    second = solve_outcome(program, cutoff=1e9, phase="relaxation", known=first.bound)
+    assert second.status == "deferred" and second.phase == "relaxation" and second.bound <= optimum * (1 + 1e-9)
     final = solve_outcome(program, cutoff=1e9, phase="chunks")
-    assert final.solution.objective == pytest.approx(solve(program).objective)
+    assert final.solution.objective == pytest.approx(optimum)
