@@ -478,17 +478,22 @@ def _priced(model: ModelSpec, cluster: ClusterSpec, workload: Workload, stages: 
                                                  after_step)
     A, G, Ms, Ma = (costs[index, :, j] for j in range(4))
     ok = good[index]
-    R = np.empty((max(L - 1, 0), K, K))  # every edge's entries are set below
-    Rp = np.empty((max(L - 1, 0), K, K))
-    pair_cache: dict[float, tuple[np.ndarray, np.ndarray]] = {}
+    pair_cache: dict[float, int] = {}  # bytes an edge carries → its tables' index in `tables`
+    tables: list[tuple[np.ndarray, np.ndarray]] = []
+    edge = np.empty(max(L - 1, 0), dtype=int)
     for u in range(L - 1):
         nbytes = model.layers[u].out_elems * micro * workload.act_bytes
-        if nbytes not in pair_cache and cluster.costs is not None:  # measured collectives, the runtime's re-layouts
-            pair_cache[nbytes] = cluster.costs.pair_tables(cluster, nbytes, strategies, stages, links.stage,
-                                                           links.boundary)
         if nbytes not in pair_cache:
-            pair_cache[nbytes] = _pair_tables(nbytes, strategies, links)
-        R[u], Rp[u] = pair_cache[nbytes]
+            pair_cache[nbytes] = len(tables)
+            measured = cluster.costs  # measured collectives, the runtime's re-layouts
+            tables.append(_pair_tables(nbytes, strategies, links) if measured is None else
+                          measured.pair_tables(cluster, nbytes, strategies, stages, links.stage, links.boundary))
+        edge[u] = pair_cache[nbytes]
+    if len(tables) == 1:  # every edge carries the same bytes (a decoder's chain): one read-only view, no copies
+        R, Rp = (np.broadcast_to(np.asarray(t, dtype=float), (L - 1, K, K)) for t in tables[0])
+    else:
+        R, Rp = (np.stack([np.asarray(t[j], dtype=float) for t in tables])[edge] if tables
+                 else np.empty((0, K, K)) for j in (0, 1))
     return A, G, Ms, Ma, R, Rp, ok
 
 

@@ -283,11 +283,13 @@ def _slot_cost(B: np.ndarray, c: int, v: int, omega: float, lo: int, a, M, g, pe
 def _slot_values(B: np.ndarray, c: int, v: int, omega: float, a, M, g, penalty) -> np.ndarray:
     """(len(B), choices, counts): the group's bound under each choice (`_slot_cost`)."""
     b = np.minimum(B[:, None, None], M[None])
-    value = b * v  # b + c·max(a − v·b, M − b, 0) + ω·g + penalty, in place
-    np.subtract(a[None], value, out=value)
-    np.maximum(value, M[None] - b, out=value)
-    np.maximum(value, 0.0, out=value)
+    # b + c·max(a − v·b, M − b, 0) + ω·g + penalty; b ≤ M makes the 0 idle, so it is
+    # (1 − c)·b + c·max(a − (v − 1)·b, M) + ω·g + penalty, in place
+    value = b * (1.0 - v)
+    value += a[None]
+    np.maximum(value, M[None], out=value)
     value *= c
+    b *= 1.0 - c
     value += b
     value += omega * g + penalty
     return value

@@ -490,7 +490,5 @@ def _memory_dual_bound(program: StageProgram, memory: np.ndarray, total_capacity
         return float(W.min(axis=1) @ count)
     mean_memory = float(M.sum(axis=1) @ count) / float(ok.sum(axis=1) @ count)  # over every layer's allowed entries
     scale = float(W.min(axis=1) @ count) / float(count.sum()) / max(mean_memory, 1e-300)
-    best = -math.inf
-    for lam in np.concatenate(([0.0], scale * np.logspace(-4, 4, 49))):
-        best = max(best, float((W + lam * M).min(axis=1) @ count - lam * total_capacity))
-    return best
+    lam = np.concatenate(([0.0], scale * np.logspace(-4, 4, 49)))[:, None, None]
+    return float(((W[None] + lam * M[None]).min(axis=2) @ count - lam[:, 0, 0] * total_capacity).max())
