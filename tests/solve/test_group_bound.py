@@ -13,6 +13,7 @@ from uniap.solve.formulation import scale_of
 from uniap.solve.group_bound import group_bound
 from uniap.solve.group_relaxation import GroupRelaxation, chain_plan
 from uniap.solve.milp import solve, solve_outcome
+from uniap.solve.one_block import one_block_relaxation
 from uniap.solve.reduce import reduce_program
 from uniap.solve.reference import solve_reference
 from uniap.spec import load_model
@@ -84,9 +85,15 @@ def test_infinite_only_when_nothing_fits(seed):
         assert solve_reference(program) is None
 
 
-def test_other_chains_are_left_to_the_milp():
+def test_other_chains_are_bounded_on_their_one_block_relaxation_and_left_to_the_milp():
+    """Runs of 2, 4 and 2 layers: the bound is the one-block relaxation's (solve.one_block), at most the optimum,
+    and no contents come back (the relaxation's are not the program's): plans are left to the MILPs."""
     program = random_program(1, layers=8, strategies=2, stages=2, runs=[2, 4, 2], virtual_stages=2)
-    assert group_bound(program, reduce_program(program, fold=True)) is None
+    relaxed = one_block_relaxation(program)
+    bound = group_bound(program, reduce_program(program, fold=True))
+    assert bound == group_bound(relaxed, reduce_program(relaxed, fold=True))
+    assert bound <= solve_reference(program).objective * (1 + 1e-9)
+    assert group_bound(program, reduce_program(program, fold=True), contents=True) == (bound, None)
 
 
 @pytest.mark.parametrize("candidate", [(4, 16, 2), (4, 32, 3), (8, 32, 2)])

@@ -489,11 +489,10 @@ def _priced(model: ModelSpec, cluster: ClusterSpec, workload: Workload, stages: 
             tables.append(_pair_tables(nbytes, strategies, links) if measured is None else
                           measured.pair_tables(cluster, nbytes, strategies, stages, links.stage, links.boundary))
         edge[u] = pair_cache[nbytes]
-    if len(tables) == 1:  # every edge carries the same bytes (a decoder's chain): one read-only view, no copies
-        R, Rp = (np.broadcast_to(np.asarray(t, dtype=float), (L - 1, K, K)) for t in tables[0])
-    else:
-        R, Rp = (np.stack([np.asarray(t[j], dtype=float) for t in tables])[edge] if tables
-                 else np.empty((0, K, K)) for j in (0, 1))
+    stacked = [np.stack([np.asarray(t[j], dtype=float) for t in tables]) if tables else np.empty((0, K, K))
+               for j in (0, 1)]
+    # every edge carrying the same bytes (a decoder's chain): one read-only view, not an (L − 1)·K·K copy
+    R, Rp = (np.broadcast_to(s[0], (L - 1, K, K)) if len(tables) == 1 else s[edge] for s in stacked)
     return A, G, Ms, Ma, R, Rp, ok
 
 

@@ -30,15 +30,18 @@ import numpy as np
 
 from uniap.program import StageProgram
 from uniap.solve.program import MEMORY_RTOL, least_sends
-from uniap.solve.reduce import Reduced, undominated
+from uniap.solve.one_block import one_block_relaxation
+from uniap.solve.reduce import Reduced, reduce_program, undominated
 
 PROBES = 24
 """Slot values at which the DP runs per round of refinement (each a min-plus convolution per group)."""
 
 
 def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = None, contents: bool = False):
-    """A lower bound on the TPI of every plan of the interleaved `program`, math.inf if none fits; None when its
-    chain is not an embedding, one run of identical blocks and a head (the bound is then left to the MILPs).
+    """A lower bound on the TPI of every plan of the interleaved `program`, math.inf if none fits. It reads a
+    chain of an embedding, one run of identical blocks and a head; a chain with blocks of several kinds is bounded
+    on its one-block relaxation (solve.one_block), whose contents are not the program's (counts None); None for
+    a program of one chunk per group.
 
     The breakpoints are searched by interval: DP(B) never rises with B, so on [B_i, B_j] the bound is at least
     (c·v − 1)·B_i + DP(B_j); intervals that cannot go below the best value found (or the `cutoff`) are dropped,
@@ -52,8 +55,14 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
     it only with that layer alone in its chunk: counts is None then too."""
     runs = reduced.runs
     P, v, c = program.pipeline_degree, program.virtual_stages, program.micro_batches
-    if v < 2 or len(runs) != 3 or runs[0].length != 1 or runs[2].length != 1:
+    if v < 2:
         return None
+    if len(runs) != 3 or runs[0].length != 1 or runs[2].length != 1:
+        relaxed = one_block_relaxation(program)
+        if relaxed is None:
+            return None
+        bound = group_bound(relaxed, reduce_program(relaxed, fold=True), cutoff)
+        return (bound, None) if contents else bound
     blocks = runs[1].length
     kept = [_kept(reduced, run, end=r != 1) for r, run in enumerate(runs)]
     kinds = {kind: _group_terms(program, kept, kind, blocks) for kind in ("first", "middle", "last")}

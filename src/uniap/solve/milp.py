@@ -27,7 +27,6 @@ from uniap.solve.formulation import BOUNDS, Formulation, scale_of
 from uniap.solve.group_bound import group_bound
 from uniap.solve.group_relaxation import GroupRelaxation, chain_plan
 from uniap.solve.linear import conflict_line
-from uniap.solve.one_block import one_block_relaxation
 from uniap.program import StageProgram
 from uniap.solve.program import Solution, evaluate, lower_bound
 from uniap.solve.reduce import reduce_program
@@ -163,16 +162,10 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
                 if found is not None and found.optimal:  # a plan attains it: optimal, no MILP
                     return Outcome(found, "optimal")
                 return Outcome(found, "deferred", bound, "bound")
-        elif (relaxed := one_block_relaxation(program)) is not None:  # blocks of several kinds: bounded as one
-            by_group = group_bound(relaxed, reduce_program(relaxed, fold=True), cutoff)
-            bound = bound if by_group is None else max(bound, by_group)
-            if phase == "bound" and bound < cutoff:
-                return Outcome(None, "deferred", bound, "bound")
     if not grouped and program.pipeline_degree > 1 and phase in (None, "bound") and (cutoff is None or bound < cutoff):
         # zero bubble: the busiest device group's work, by its contents (~0.02 s), before the chunk MILP; in
         # the "bound" phase the candidate then waits in the queue with it
-        relaxed = one_block_relaxation(program)  # blocks of several kinds: bounded as one
-        by_contents = split_group_bound(program if relaxed is None else relaxed, bound, cutoff)
+        by_contents = split_group_bound(program, bound, cutoff)
         bound = bound if by_contents is None else max(bound, by_contents)
         if phase == "bound" and by_contents is not None and (cutoff is None or bound < cutoff) \
                 and bound < math.inf:

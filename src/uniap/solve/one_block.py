@@ -5,11 +5,11 @@ of an embedding, one run of identical blocks and a head. Models whose blocks alt
 full attention; Gemma: local and global) fold into one run per layer, so those bounds did not apply and their
 searches ran on the cheap bound alone: GPT-OSS 120B's stopped at the time limit 19-24 % from proven.
 
-`one_block_relaxation` replaces every block by one that costs, per strategy, the least of any block: time, sync,
-static and activation bytes, and the resharding and sends between blocks. Every plan of the program is a plan of
-the relaxation that costs no more and fits wherever it did (the TPI rises with every chunk time, pass, send and
-sync, and memory with every byte), so a bound on the relaxation bounds the program. Only bounds are taken from it:
-its plans are not the program's.
+`one_block_relaxation` replaces every block by one that costs, per strategy, the least of any block: time,
+sync, static and activation bytes, and the resharding and sends between blocks. Every plan of the program is a
+plan of the relaxation that costs no more and fits wherever it did (the TPI rises with every chunk time, pass,
+send and sync, and memory with every byte), so a bound on the relaxation bounds the program. Both bounds take it
+themselves where the chain is not of their shape, and only their bound: its plans are not the program's.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ import numpy as np
 
 from uniap.program import StageProgram, distinct_rows
 from uniap.schedules import FORWARD_SHARE, schedule_named
+from uniap.solve.one_block import one_block_relaxation
 from uniap.solve.program import MEMORY_RTOL, edge_sends, split_send_hops
 
 PRECISION = 1e-7
@@ -39,12 +40,14 @@ PRECISION = 1e-7
 
 def split_group_bound(program: StageProgram, floor: float, cutoff: float | None = None) -> float | None:
     """A lower bound on every plan of the split-backward `program` (math.inf if none fits), at least `floor` (a
-    bound already known); None when the chain is not an embedding, one run of identical blocks and a head. With a
+    bound already known), for a chain of an embedding, one run of identical blocks and a head; a chain with
+    blocks of several kinds is bounded on its one-block relaxation (solve.one_block). With a
     `cutoff` the answer is capped at it (a program that cannot beat it returns the cutoff). It reads the tables
     on their distinct rows (the `group` contract), without folding the program."""
     firsts, lengths = distinct_rows(program.group)
     if len(firsts) != 3 or lengths[0] != 1 or lengths[2] != 1:
-        return None
+        relaxed = one_block_relaxation(program)
+        return None if relaxed is None else split_group_bound(relaxed, floor, cutoff)
     P, v, c, S = program.pipeline_degree, program.virtual_stages, program.micro_batches, program.stages
     cap = float(program.memory_capacity) * (1 + MEMORY_RTOL)
     held = _patterns(program)
