@@ -84,12 +84,31 @@ def models(out_dir: Path, which: list[str]) -> list[tuple[str, object]]:
     return out
 
 
-def score(result: dict, run_dir: Path) -> dict:
+def score(result: dict, run_dir: Path, repredict: bool) -> dict:
     """Intervals of every plan from the run's own profile (`uniap.profile.uncertainty`) and the share of measured
-    times inside them; added to `result`."""
+    times inside them; added to `result` (`repredict`: the rows costed again with the checked-out model first)."""
     from uniap.demo import score_intervals
 
-    return score_intervals(result, run_dir)
+    return score_intervals(result, run_dir, repredict=repredict)
+
+
+def model_error_rows(runs: dict[str, list[dict]]) -> list[dict]:
+    """Every scored plan of every run, as `uniap/profile/model_error.json` keeps them."""
+    return [{"model": name, "run": f"run-{i + 1}", "plan": row["plan"], "predicted_s": round(row["predicted_s"], 7),
+             "measured_s": round(row["measured_s"], 7), "replicate_s": [round(x, 7) for x in row["interval_replicate_s"]]}
+            for name, results in runs.items() for i, result in enumerate(results)
+            for row in result["rows"] if "interval_replicate_s" in row]
+
+
+def write_model_error(path: Path, runs: dict[str, list[dict]], kind: str, device: str, measured: str) -> float:
+    """Write (or update) the model-error entry of `kind` in `path` from these runs; returns its σ_m."""
+    from uniap.profile.uncertainty import fit_model_error
+
+    rows = model_error_rows(runs)
+    doc = json.loads(path.read_text()) if path.exists() else {"kinds": {}}
+    doc["kinds"][kind] = {"device": device, "measured": measured, "rows": rows}
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return fit_model_error(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,7 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nproc", type=int, default=4)
     parser.add_argument("--comparisons", type=int, default=None, help="hand plans per run (default: all)")
     parser.add_argument("--score-only", action="store_true",
-                        help="measure nothing: score the runs already in --out-dir (their demo.json and profile)")
+                        help="measure nothing: score the runs already in --out-dir (their demo.json and profile), "
+                             "every plan costed again with the checked-out cost model")
+    parser.add_argument("--fit-model-error", metavar="FILE", default=None,
+                        help="write the scored plans to FILE as the model-error runs of their kind of device "
+                             "(uniap/profile/model_error.json's format; --measured says when and where)")
+    parser.add_argument("--measured", default="", help="with --fit-model-error: when, where and at which commit")
     args = parser.parse_args(argv)
 
     from rich.console import Console
@@ -125,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                 result["others_cpu_s"] = others_cpu_seconds() - before
                 (out / "demo.json").write_text(json.dumps(result, indent=1) + "\n")
             try:
-                score(result, out)
+                score(result, out, repredict=args.score_only)
             except ImportError:  # scored later with --score-only
                 pass
             result["verdict"] = verdict(result)
@@ -143,6 +167,14 @@ def main(argv: list[str] | None = None) -> int:
         summarize(console, name, model_runs)
     if args.json:
         Path(args.json).write_text(json.dumps(runs, indent=1) + "\n")
+    if args.fit_model_error:
+        first = next(r for rs in runs.values() for r in rs)
+        kind = json.loads(Path(first["profile"]).read_text())["device"]
+        device = (f"{first['cluster']}: {kind.get('backend')} ranks on {kind.get('cores')} cores of {kind.get('name')}, "
+                  f"models {', '.join(runs)}")
+        sigma = write_model_error(Path(args.fit_model_error), runs, kind["kind"], device, args.measured)
+        console.print(f"model error of {kind['kind']} profiles fitted on {len(model_error_rows(runs))} plans: "
+                      f"{sigma * 100:.1f}% (written to {args.fit_model_error})")
     ok = all(all(v["met"] for v in r["verdict"].values()) for rs in runs.values() for r in rs)
     return 0 if ok else 1
 
@@ -154,6 +186,12 @@ def summarize(console, name: str, runs: list[dict]) -> None:
         if values:
             console.print(f"{key}: " + ", ".join(f"{v:.3f}" for v in values) + f"   (median {statistics.median(values):.3f},"
                           f" target {'>=' if key in AT_LEAST else '<='} {limit})")
+    here = [r["model_error_here"] for r in runs if r.get("model_error_here") is not None]
+    if here:
+        used = runs[0].get("model_error_used")
+        console.print("model error each run alone would fit: " + ", ".join(f"{v * 100:.1f}%" for v in here)
+                      + (f"   (the intervals hold {used * 100:.1f}%, fitted on earlier runs: "
+                         "uniap/profile/model_error.json)" if used is not None else "   (the intervals hold none)"))
     if len(runs) > 1:
         console.print("noise: spread (max/min − 1) of each plan's measured time across repetitions")
         spreads = []

@@ -207,7 +207,7 @@ def _print_runner_ups(found: list, complete: bool) -> None:
         out.print(f"  {mark}{r.slower * 100:+5.1f}%  {float(r.plan.predicted['iteration_time_s']) * 1e3:.4g} ms"
                   f"{span}  {describe(r.plan)}", highlight=False)
     if ties:
-        out.print("  TIE: predicted inside the chosen plan's interval — the profile cannot tell which is faster",
+        out.print("  TIE: predicted inside the chosen plan's interval — the prediction cannot tell which is faster",
                   highlight=False)
 
 

@@ -165,6 +165,9 @@ class IntervalSection(_Section):
     """How the interval was derived, in words."""
     profile: str | None = None
     """The profile file it was derived from (None: a profile given as a document)."""
+    model_error: float | None = None
+    """Relative σ of the cost model's own error, beyond the profile's noise, that the interval holds (None: not
+    measured for the profile's kind of device, or a plan written before it was)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "replicate_s", tuple(float(x) for x in self.replicate_s))

@@ -4,7 +4,8 @@ uncertainty interval cannot tell from it (`uniap plan --profile`).
 The search (`planner.plan_search`) cuts off every candidate (pipeline degree, micro-batches, chunks) that cannot
 beat the best found, so it knows no runner-ups. Here each candidate is solved alone, without that cut-off, and its
 best plan is costed and given its own interval. A runner-up whose predicted time falls inside the chosen plan's
-interval is a tie: the profile's spread cannot say which of the two is faster.
+interval is a tie: the prediction's uncertainty (the profile's spread, and the model's own error where it was
+measured) cannot say which of the two is faster.
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ from uniap.plans import IntervalSection, Plan
 from uniap.profile import collect
 from uniap.profile.calibration import calibrate
 from uniap.profile.collect import assemble, merge_raw
-from uniap.profile.uncertainty import (Intervals, first_passes, measured_against, prediction_interval,
-                                       replicate_profiles, t95)
+from uniap.profile.uncertainty import (MODEL_ERROR_FILE, Z95, Intervals, first_passes, fit_model_error,
+                                       half_widths, interval_line, measured_against, model_error_of,
+                                       prediction_interval, replicate_profiles, t95)
 from uniap.spec.cluster import load_cluster
 from uniap.spec.families import build_layers
 from uniap.spec.workload import Workload
@@ -70,6 +71,61 @@ def test_the_interval_is_the_student_t_prediction_interval_of_the_replicates():
         prediction_interval(1.0, [1.0])
 
 
+def test_the_model_error_joins_the_profile_noise_in_quadrature():
+    h_p, h_m = half_widths(2.0, [1.0, 2.0, 3.0], 0.1)
+    assert h_p == pytest.approx(2.920 * math.sqrt(4 / 3)) and h_m == pytest.approx(Z95 * 0.1 * 2.0)
+    low, high = prediction_interval(2.0, [1.0, 2.0, 3.0], 0.1)
+    assert high - 2.0 == pytest.approx(math.hypot(h_p, h_m))
+    # no profile spread: the model error alone; no model error: the profile's interval as before
+    assert prediction_interval(4.0, [4.0, 4.0, 4.0], 0.1) == pytest.approx((4.0 - Z95 * 0.4, 4.0 + Z95 * 0.4))
+    assert prediction_interval(2.0, [1.0, 2.0, 3.0], 0.0) == prediction_interval(2.0, [1.0, 2.0, 3.0])
+
+
+def test_the_model_error_is_what_the_profiles_spread_leaves_unexplained():
+    def row(predicted, measured, spread):
+        return {"predicted_s": predicted, "measured_s": measured, "replicate_s": [predicted - spread, predicted,
+                                                                                   predicted + spread]}
+
+    # exact replicates: σ_m is the root mean square relative error
+    rows = [row(1.0, 1.1, 0.0), row(2.0, 1.6, 0.0), row(1.0, 1.0, 0.0)]
+    assert fit_model_error(rows) == pytest.approx(math.sqrt((0.1 ** 2 + 0.2 ** 2) / 3))
+    # a spread that explains more than the errors: nothing left for the model
+    assert fit_model_error([row(1.0, 1.05, 0.2)]) == 0.0
+    # the spread's share is taken out: s² (1 + 1/n) with s the replicates' standard deviation over the prediction
+    assert fit_model_error([row(1.0, 1.3, 0.1)]) == pytest.approx(math.sqrt(0.09 - 0.01 * 4 / 3))
+    with pytest.raises(UniapError, match="at least one plan"):
+        fit_model_error([])
+
+
+def test_the_model_error_is_fitted_on_the_runs_the_package_ships_and_only_for_their_kind_of_device():
+    doc = json.loads(MODEL_ERROR_FILE.read_text())
+    cpu = model_error_of("cpu")
+    rows = doc["kinds"]["cpu"]["rows"]
+    assert cpu.plans == len(rows) >= 20 and cpu.sigma == pytest.approx(fit_model_error(rows))
+    assert {r["model"] for r in rows} == {"demo-gpt", "gqa-llama"} and "December 2026" in cpu.source
+    assert model_error_of("cuda") is None and model_error_of(None) is None
+
+
+def test_an_interval_holds_the_model_error_of_its_kind_of_device_and_says_so():
+    from uniap.estimate import estimate_uniform
+
+    doc = three_pass_profile()
+    model, workload = build_layers(TINY, SEQ), Workload(8, SEQ, "fp32")
+    cluster = calibrate(load_cluster("cpu:1x4"), doc, model=model, workload=workload)
+    plan = estimate_uniform(model, cluster, workload, tp=2, dp=2)
+    point = plan.predicted["iteration_time_s"]
+    iv = Intervals(cluster, doc, model, workload).of(plan)
+    assert doc["device"]["kind"] == "cpu" and iv.model_error == model_error_of("cpu").sigma
+    assert iv.high_s - point == pytest.approx(math.hypot(*half_widths(point, list(iv.replicate_s), iv.model_error)))
+    assert "model error" in iv.method and "fitted on" in iv.method
+    line = interval_line(replace(plan, interval=iv))
+    assert "profile noise ±" in line and "model error ±" in line
+    gpu = {**doc, "device": {**doc["device"], "kind": "cuda"}}  # no runs measured the model's error there
+    iv = Intervals(load_cluster("a100-80g:1x4"), gpu, model, workload).of(plan)
+    assert iv.model_error is None and (iv.low_s, iv.high_s) == pytest.approx(prediction_interval(point, list(iv.replicate_s)))
+    assert "not in it" in iv.method and "profile noise alone" in interval_line(replace(plan, interval=iv))
+
+
 def test_replicates_are_the_passes_and_first_passes_rebuild_the_profile_so_far():
     doc = three_pass_profile()
     reps, kind = replicate_profiles(doc)
@@ -110,6 +166,9 @@ def test_the_plan_json_records_the_interval_and_old_plans_still_load():
                               replicate_s=[1.0, 1.05, 0.95], method="m", profile="p.json")
     again = Plan.from_json(json.loads(replace(plan, interval=section).dumps()))
     assert again.interval == section and again.interval.replicate_s == (1.0, 1.05, 0.95)
+    assert again.interval.model_error is None  # a plan written before intervals held the model error
+    held = replace(section, model_error=0.11)
+    assert Plan.from_json(json.loads(replace(plan, interval=held).dumps())).interval.model_error == 0.11
     data = json.loads(replace(plan, interval=section).dumps())
     data["interval"]["width"] = 1
     with pytest.raises(UniapError, match=r"unknown interval field\(s\) \['width'\]"):

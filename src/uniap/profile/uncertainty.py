@@ -17,14 +17,25 @@ machine over minutes, so such an interval is narrower than the truth (the method
 the recording of repetitions has no interval. Figures the profile keeps only as medians (the whole-chain
 all-reduce scale, the pipeline slot cost, memory) are the same in every replicate.
 
-Nothing here is fitted to runs: no factor widens or narrows the interval towards a coverage target.
+The profile's noise is not the whole uncertainty: the cost model has its own error, a plan it misprices is wrong by
+the same amount in every pass. Where that error has been measured for the profile's kind of device
+(`model_error.json`: plans run and predicted, with their profiles' spread), it joins the interval in quadrature:
+
+    predicted ± √(h_p² + h_m²),   h_p = t(0.95, n − 1)·s·√(1 + 1/n),   h_m = z(0.95)·σ_m·predicted
+
+σ_m is fitted on those runs alone: the mean squared relative error of the predictions less the part the profiles'
+spread explains (`fit_model_error`). It is not tuned towards a coverage target; runs it was not fitted on check it
+(`benchmarks/demo_accuracy.py`). A kind of device without such runs gets h_p alone, and the method says so.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import statistics
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from uniap.errors import UniapError
 
@@ -36,6 +47,49 @@ _T95 = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.
 """Student's t 0.95 quantile for 1..30 degrees of freedom (1.645, the normal's, beyond)."""
 
 
+Z95 = 1.645
+"""The normal 0.95 quantile: the model-error term's half-width in standard deviations (two-sided 90 %)."""
+
+MODEL_ERROR_FILE = Path(__file__).with_name("model_error.json")
+"""The runs each kind of device's model error is fitted on (`model_error_of`)."""
+
+
+@dataclass(frozen=True)
+class ModelError:
+    """The calibrated cost model's own error on one kind of device, beyond the noise of the profile."""
+
+    sigma: float
+    """Relative standard deviation of (measured − predicted) / predicted that the profiles' spread leaves unexplained."""
+    plans: int
+    """Plan runs it was fitted on."""
+    source: str
+    """Where they were measured, in words."""
+
+
+def fit_model_error(rows: list[dict]) -> float:
+    """σ_m of plans run and predicted (`predicted_s`, `measured_s`, `replicate_s`: the prediction with each pass
+    of its profile alone): σ_m² = mean(e²) − mean(s²·(1 + 1/n)), e = (measured − predicted) / predicted and s the
+    replicates' standard deviation over the prediction, the part of e² that one more pass's noise explains
+    (0 if the noise explains it all)."""
+    if not rows:
+        raise UniapError("a model error needs at least one plan run and predicted")
+    errors = [((r["measured_s"] - r["predicted_s"]) / r["predicted_s"]) ** 2 for r in rows]
+    noise = [(statistics.stdev(r["replicate_s"]) / r["predicted_s"]) ** 2 * (1.0 + 1.0 / len(r["replicate_s"]))
+             for r in rows]
+    return math.sqrt(max(statistics.fmean(errors) - statistics.fmean(noise), 0.0))
+
+
+@functools.cache
+def model_error_of(kind: str | None) -> ModelError | None:
+    """The model error measured for profiles of `kind` ("cpu", "cuda"), or None where no runs measured it."""
+    kinds = json.loads(MODEL_ERROR_FILE.read_text())["kinds"]
+    if kind not in kinds:
+        return None
+    entry = kinds[kind]
+    return ModelError(sigma=fit_model_error(entry["rows"]), plans=len(entry["rows"]),
+                      source=f"{entry['device']}; {entry['measured']}")
+
+
 def t95(dof: int) -> float:
     """Student's t 0.95 quantile with `dof` degrees of freedom."""
     if dof < 1:
@@ -43,13 +97,18 @@ def t95(dof: int) -> float:
     return _T95[dof - 1] if dof <= len(_T95) else 1.645
 
 
-def prediction_interval(center: float, replicates: list[float]) -> tuple[float, float]:
-    """center ± t(0.95, n − 1)·s·√(1 + 1/n), s the sample standard deviation of `replicates` (n ≥ 2); the low
-    end is kept at 0 or above."""
+def half_widths(center: float, replicates: list[float], model_error: float = 0.0) -> tuple[float, float]:
+    """(h_p, h_m): the profile noise's half-width t(0.95, n − 1)·s·√(1 + 1/n), s the sample standard deviation of
+    `replicates` (n ≥ 2), and the model error's z(0.95)·`model_error`·center."""
     n = len(replicates)
     if n < 2:
         raise UniapError(f"an interval needs at least 2 replicate predictions, got {n}")
-    half = t95(n - 1) * statistics.stdev(replicates) * math.sqrt(1.0 + 1.0 / n)
+    return t95(n - 1) * statistics.stdev(replicates) * math.sqrt(1.0 + 1.0 / n), Z95 * model_error * center
+
+
+def prediction_interval(center: float, replicates: list[float], model_error: float = 0.0) -> tuple[float, float]:
+    """center ± √(h_p² + h_m²) (`half_widths`); the low end is kept at 0 or above."""
+    half = math.hypot(*half_widths(center, replicates, model_error))
     return max(center - half, 0.0), center + half
 
 
@@ -101,14 +160,20 @@ def rebuilt(doc: dict, figure) -> dict:
     return out
 
 
-def method_text(kind: str, n: int) -> str:
+def method_text(kind: str, n: int, model_error: ModelError | None, device: str | None) -> str:
     """How an interval of `kind` over `n` replicates was derived, in words (printed and kept in the plan)."""
     what = {"passes": f"the {n} profile passes, each costed alone",
             "repetitions": f"the {n} repetitions of a one-pass profile, each costed alone (back to back: they "
                            "miss the drift of a shared machine, so the interval is too narrow; measure with "
                            "`uniap profile --passes 3` or more)"}[kind]
-    return (f"{int(LEVEL * 100)}% prediction interval: whole-profile prediction ± t(0.95, {n - 1}) · s · "
-            f"√(1 + 1/{n}), s the standard deviation of the predictions of {what}")
+    noise = f"t(0.95, {n - 1}) · s · √(1 + 1/{n}), s the standard deviation of the predictions of {what}"
+    if model_error is None:
+        return (f"{int(LEVEL * 100)}% prediction interval: whole-profile prediction ± {noise}; the cost model's own "
+                f"error is not in it: no runs measured it on {device or 'this kind of'} devices")
+    return (f"{int(LEVEL * 100)}% prediction interval: whole-profile prediction ± √(h_p² + h_m²), profile noise "
+            f"h_p = {noise}; model error h_m = {Z95} · {model_error.sigma * 100:.1f}% · prediction, the cost model's "
+            f"own error on {device} devices beyond the profile's noise, fitted on {model_error.plans} plans run and "
+            f"predicted ({model_error.source})")
 
 
 class Intervals:
@@ -120,6 +185,8 @@ class Intervals:
         self.replicates, self.kind = replicate_profiles(doc)
         self.clusters = [calibrate(cluster, r, model=model, workload=workload) for r in self.replicates]
         self.model, self.profile_name = model, profile_name
+        self.device = doc.get("device", {}).get("kind")
+        self.model_error = model_error_of(self.device)
 
     @property
     def available(self) -> bool:
@@ -134,10 +201,12 @@ class Intervals:
             return None
         point = float(plan.predicted["iteration_time_s"]) if center is None else float(center)
         preds = [predicted_time(plan, self.model, c) for c in self.clusters]
-        low, high = prediction_interval(point, preds)
+        sigma = self.model_error.sigma if self.model_error is not None else None
+        low, high = prediction_interval(point, preds, sigma or 0.0)
         return IntervalSection(low_s=low, high_s=high, level=LEVEL, replicates=len(preds), kind=self.kind,
-                               replicate_s=tuple(preds), method=method_text(self.kind, len(preds)),
-                               profile=self.profile_name)
+                               replicate_s=tuple(preds),
+                               method=method_text(self.kind, len(preds), self.model_error, self.device),
+                               profile=self.profile_name, model_error=sigma)
 
     def attach(self, plan):
         """The plan with its interval (unchanged when there is none)."""
@@ -177,8 +246,11 @@ def interval_line(plan) -> str | None:
     if iv is None:
         return None
     point = float(plan.predicted["iteration_time_s"])
+    noise, model = half_widths(point, list(iv.replicate_s), iv.model_error or 0.0)
+    parts = (f"profile noise ±{noise / point * 100:.1f}%, model error ±{model / point * 100:.1f}%"
+             if iv.model_error is not None else "profile noise alone")
     return (f"predicted {_ms(point)}, {int(iv.level * 100)}% interval {_ms(iv.low_s)} – {_ms(iv.high_s)} "
-            f"(±{(iv.high_s - point) / point * 100:.1f}%; {iv.method})")
+            f"(±{(iv.high_s - point) / point * 100:.1f}%: {parts}; {iv.method})")
 
 
 def measured_against(plan, measured_s: float) -> str | None:
