@@ -94,21 +94,25 @@ def score(result: dict, run_dir: Path, repredict: bool) -> dict:
 
 def model_error_rows(runs: dict[str, list[dict]]) -> list[dict]:
     """Every scored plan of every run, as `uniap/profile/model_error.json` keeps them."""
-    return [{"model": name, "run": f"run-{i + 1}", "plan": row["plan"], "predicted_s": round(row["predicted_s"], 7),
-             "measured_s": round(row["measured_s"], 7), "replicate_s": [round(x, 7) for x in row["interval_replicate_s"]]}
+    return [{"model": name, "run": f"run-{i + 1}", "plan": row["plan"], "relayout": row["relayout"],
+             "predicted_s": round(row["predicted_s"], 7), "measured_s": round(row["measured_s"], 7),
+             "replicate_s": [round(x, 7) for x in row["interval_replicate_s"]]}
             for name, results in runs.items() for i, result in enumerate(results)
             for row in result["rows"] if "interval_replicate_s" in row]
 
 
-def write_model_error(path: Path, runs: dict[str, list[dict]], kind: str, device: str, measured: str) -> float:
-    """Write (or update) the model-error entry of `kind` in `path` from these runs; returns its σ_m."""
+def write_model_error(path: Path, runs: dict[str, list[dict]], kind: str, device: str, measured: str) -> dict:
+    """Write (or update) the model-error entry of `kind` in `path` from these runs; returns σ_m per class of plan
+    (one layout, relayout)."""
     from uniap.profile.uncertainty import fit_model_error
 
     rows = model_error_rows(runs)
     doc = json.loads(path.read_text()) if path.exists() else {"kinds": {}}
     doc["kinds"][kind] = {"device": device, "measured": measured, "rows": rows}
     path.write_text(json.dumps(doc, indent=1) + "\n")
-    return fit_model_error(rows)
+    return {what: fit_model_error([r for r in rows if r["relayout"] == relayout])
+            for what, relayout in (("one layout", False), ("relayout", True))
+            if any(r["relayout"] == relayout for r in rows)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"models {', '.join(runs)}")
         sigma = write_model_error(Path(args.fit_model_error), runs, kind["kind"], device, args.measured)
         console.print(f"model error of {kind['kind']} profiles fitted on {len(model_error_rows(runs))} plans: "
-                      f"{sigma * 100:.1f}% (written to {args.fit_model_error})")
+                      + ", ".join(f"{what} {v * 100:.1f}%" for what, v in sigma.items())
+                      + f" (written to {args.fit_model_error})")
     ok = all(all(v["met"] for v in r["verdict"].values()) for rs in runs.values() for r in rs)
     return 0 if ok else 1
 
@@ -186,12 +191,14 @@ def summarize(console, name: str, runs: list[dict]) -> None:
         if values:
             console.print(f"{key}: " + ", ".join(f"{v:.3f}" for v in values) + f"   (median {statistics.median(values):.3f},"
                           f" target {'>=' if key in AT_LEAST else '<='} {limit})")
-    here = [r["model_error_here"] for r in runs if r.get("model_error_here") is not None]
-    if here:
-        used = runs[0].get("model_error_used")
-        console.print("model error each run alone would fit: " + ", ".join(f"{v * 100:.1f}%" for v in here)
-                      + (f"   (the intervals hold {used * 100:.1f}%, fitted on earlier runs: "
-                         "uniap/profile/model_error.json)" if used is not None else "   (the intervals hold none)"))
+    for what in ("one layout", "relayout"):
+        here = [r["model_error_here"][what] for r in runs if isinstance(r.get("model_error_here"), dict)
+                and r["model_error_here"].get(what) is not None]
+        if here:
+            used = runs[0]["model_error_used"].get(what)
+            console.print(f"model error each run alone would fit, {what}: " + ", ".join(f"{v * 100:.1f}%" for v in here)
+                          + (f"   (the intervals hold {used * 100:.1f}%, fitted on earlier runs: "
+                             "uniap/profile/model_error.json)" if used is not None else "   (the intervals hold none)"))
     if len(runs) > 1:
         console.print("noise: spread (max/min − 1) of each plan's measured time across repetitions")
         spreads = []

@@ -302,8 +302,9 @@ def _summary(rows, config, model, cluster, global_batch, steps, rounds, profile_
 def score_intervals(result: dict, out_dir: str | Path, *, repredict: bool = False) -> dict:
     """What the profile's spread says of the demo's predictions (`uniap.profile.uncertainty`), added to `result`:
     per row its interval (`interval_s`, around its prediction) and whether the measured time fell inside; the
-    share inside (`inside_interval`); the model error the intervals hold (`model_error_used`, fitted on other
-    runs) and the one these rows alone would fit (`model_error_here`, `fit_model_error`); and `by_passes`: the
+    share inside (`inside_interval`); per class of plan (one layout, relayout) the model error the intervals hold
+    (`model_error_used`, fitted on other runs) and the one these rows alone would fit (`model_error_here`,
+    `fit_model_error`); and `by_passes`: the
     median error and τ had every plan been costed with the profile's first k passes only (k = 1 .. passes), the
     figures `uniap profile --passes`'s default rests on. `repredict`: cost every row again with the whole profile
     under the checked-out cost model first (its prediction, error, ranks and the statistics), to re-score old runs.
@@ -311,7 +312,8 @@ def score_intervals(result: dict, out_dir: str | Path, *, repredict: bool = Fals
     from uniap.plans import Plan
     from uniap.profile.calibration import calibrate
     from uniap.profile.schema import load_profile
-    from uniap.profile.uncertainty import Intervals, first_passes, fit_model_error, predicted_time
+    from uniap.profile.uncertainty import (Intervals, first_passes, fit_model_error, model_error_of, predicted_time,
+                                           relays_out)
     from uniap.spec.families import build_layers
     from uniap.spec.workload import Workload
 
@@ -335,6 +337,7 @@ def score_intervals(result: dict, out_dir: str | Path, *, repredict: bool = Fals
     intervals = Intervals(cluster, doc, model, workload, str(out / "profile.json"))
     inside = []
     for row, plan in zip(result["rows"], plans):
+        row["relayout"] = relays_out(plan)
         iv = intervals.of(plan, center=row["predicted_s"])
         if iv is None:
             continue
@@ -344,10 +347,15 @@ def score_intervals(result: dict, out_dir: str | Path, *, repredict: bool = Fals
         inside.append(row["inside"])
         result["interval_method"] = iv.method
     result["inside_interval"] = sum(inside) / len(inside) if inside else None
-    result["model_error_used"] = intervals.model_error.sigma if intervals.model_error is not None else None
-    runs = [{"predicted_s": row["predicted_s"], "measured_s": row["measured_s"], "replicate_s": row["interval_replicate_s"]}
-            for row in result["rows"] if "interval_replicate_s" in row]
-    result["model_error_here"] = fit_model_error(runs) if runs else None
+    result["model_error_used"], result["model_error_here"] = {}, {}
+    for relayout in (False, True):
+        what = "relayout" if relayout else "one layout"
+        used = model_error_of(intervals.device, relayout)
+        runs = [{"predicted_s": row["predicted_s"], "measured_s": row["measured_s"],
+                 "replicate_s": row["interval_replicate_s"]}
+                for row in result["rows"] if "interval_replicate_s" in row and row["relayout"] == relayout]
+        result["model_error_used"][what] = used.sigma if used is not None else None
+        result["model_error_here"][what] = fit_model_error(runs) if runs else None
     measured = [row["measured_s"] for row in result["rows"]]
     by_passes = {}
     for k in range(1, int(doc["method"].get("passes", 1)) + 1 if intervals.kind != "none" else 1):

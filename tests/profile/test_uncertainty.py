@@ -16,7 +16,7 @@ from uniap.profile.calibration import calibrate
 from uniap.profile.collect import assemble, merge_raw
 from uniap.profile.uncertainty import (MODEL_ERROR_FILE, Z95, Intervals, first_passes, fit_model_error,
                                        half_widths, interval_line, measured_against, model_error_of,
-                                       prediction_interval, replicate_profiles, t95)
+                                       prediction_interval, relays_out, replicate_profiles, t95)
 from uniap.spec.cluster import load_cluster
 from uniap.spec.families import build_layers
 from uniap.spec.workload import Workload
@@ -97,13 +97,29 @@ def test_the_model_error_is_what_the_profiles_spread_leaves_unexplained():
         fit_model_error([])
 
 
-def test_the_model_error_is_fitted_on_the_runs_the_package_ships_and_only_for_their_kind_of_device():
+def test_the_model_error_is_fitted_on_the_runs_the_package_ships_per_class_and_only_for_their_kind_of_device():
     doc = json.loads(MODEL_ERROR_FILE.read_text())
-    cpu = model_error_of("cpu")
     rows = doc["kinds"]["cpu"]["rows"]
-    assert cpu.plans == len(rows) >= 20 and cpu.sigma == pytest.approx(fit_model_error(rows))
-    assert {r["model"] for r in rows} == {"demo-gpt", "gqa-llama"} and "December 2026" in cpu.source
-    assert model_error_of("cuda") is None and model_error_of(None) is None
+    assert {r["model"] for r in rows} == {"demo-gpt", "gqa-llama"}
+    for relayout in (False, True):
+        error = model_error_of("cpu", relayout)
+        mine = [r for r in rows if r["relayout"] == relayout]
+        assert error.relayout == relayout and error.plans == len(mine) >= 10
+        assert error.sigma == pytest.approx(fit_model_error(mine)) and "December 2026" in error.source
+    assert model_error_of("cuda", False) is None and model_error_of(None, True) is None
+
+
+def test_a_plan_relays_out_when_its_layers_split_differently_recompute_aside():
+    from uniap.estimate import estimate_uniform
+
+    model, workload = build_layers(TINY, SEQ), Workload(8, SEQ, "fp32")
+    plan = estimate_uniform(model, load_cluster("cpu:1x4"), workload, dp=4)
+    assert not relays_out(plan)
+    layers = list(plan.layers)
+    layers[1] = replace(layers[1], strategy=replace(layers[1].strategy, recompute="full"))
+    assert not relays_out(replace(plan, layers=tuple(layers)))
+    layers[1] = replace(layers[1], strategy=replace(layers[1].strategy, zero=3))
+    assert relays_out(replace(plan, layers=tuple(layers)))
 
 
 def test_an_interval_holds_the_model_error_of_its_kind_of_device_and_says_so():
@@ -115,7 +131,7 @@ def test_an_interval_holds_the_model_error_of_its_kind_of_device_and_says_so():
     plan = estimate_uniform(model, cluster, workload, tp=2, dp=2)
     point = plan.predicted["iteration_time_s"]
     iv = Intervals(cluster, doc, model, workload).of(plan)
-    assert doc["device"]["kind"] == "cpu" and iv.model_error == model_error_of("cpu").sigma
+    assert doc["device"]["kind"] == "cpu" and iv.model_error == model_error_of("cpu", relays_out(plan)).sigma
     assert iv.high_s - point == pytest.approx(math.hypot(*half_widths(point, list(iv.replicate_s), iv.model_error)))
     assert "model error" in iv.method and "fitted on" in iv.method
     line = interval_line(replace(plan, interval=iv))

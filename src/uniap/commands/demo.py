@@ -61,10 +61,12 @@ def summary_lines(result: dict) -> list[str]:
         inside = [r for r in result["rows"] if r.get("inside")]
         lines.append(f"measured inside their predicted interval: [bold]{len(inside)} of {len(result['rows'])}"
                      f"[/bold] ({result['interval_method']})")
-    if result.get("model_error_here") is not None:
-        used = result.get("model_error_used")
-        lines.append(f"model error these runs alone would fit: {result['model_error_here'] * 100:.1f}% (the intervals "
-                     + (f"hold {used * 100:.1f}%, fitted on other runs)" if used is not None else "hold none)"))
+    here, used = result.get("model_error_here") or {}, result.get("model_error_used") or {}
+    if isinstance(here, dict) and any(v is not None for v in here.values()):
+        lines.append("model error these runs alone would fit: " + ", ".join(
+            f"{what} {value * 100:.1f}%" + (f" (the intervals hold {used[what] * 100:.1f}%)"
+                                             if used.get(what) is not None else "")
+            for what, value in here.items() if value is not None))
     if len(result.get("by_passes") or {}) > 1:
         lines.append("median |error| costed with the first k profile passes only: " + ", ".join(
             f"k={k} {v['median_abs_rel_error'] * 100:.1f}% (τ {v['kendall_tau']:.2f})"

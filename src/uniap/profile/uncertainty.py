@@ -24,8 +24,10 @@ the same amount in every pass. Where that error has been measured for the profil
     predicted ± √(h_p² + h_m²),   h_p = t(0.95, n − 1)·s·√(1 + 1/n),   h_m = z(0.95)·σ_m·predicted
 
 σ_m is fitted on those runs alone: the mean squared relative error of the predictions less the part the profiles'
-spread explains (`fit_model_error`). It is not tuned towards a coverage target; runs it was not fitted on check it
-(`benchmarks/demo_accuracy.py`). A kind of device without such runs gets h_p alone, and the method says so.
+spread explains (`fit_model_error`), apart for plans that keep one layout and plans that re-lay out between layers
+(`relays_out`), whose re-layouts the model prices worst. It is not tuned towards a coverage target; runs it was
+not fitted on check it (`benchmarks/demo_accuracy.py`). A kind of device without such runs gets h_p alone, and the
+method says so.
 """
 
 from __future__ import annotations
@@ -56,14 +58,28 @@ MODEL_ERROR_FILE = Path(__file__).with_name("model_error.json")
 
 @dataclass(frozen=True)
 class ModelError:
-    """The calibrated cost model's own error on one kind of device, beyond the noise of the profile."""
+    """The calibrated cost model's own error on one kind of device and one class of plan, beyond the profile's
+    noise."""
 
     sigma: float
     """Relative standard deviation of (measured − predicted) / predicted that the profiles' spread leaves unexplained."""
     plans: int
     """Plan runs it was fitted on."""
+    relayout: bool
+    """The class: plans that re-lay out between layers (`relays_out`), or plans that keep one layout."""
     source: str
     """Where they were measured, in words."""
+
+    @property
+    def of_what(self) -> str:
+        return "plans that re-lay out between layers" if self.relayout else "plans that keep one layout"
+
+
+def relays_out(plan) -> bool:
+    """Whether the plan's layers use more than one layout (how parameters and activations are split: dp, tp, cp,
+    ep, ZeRO; recompute aside), so that activations are re-laid out between some of them. The model prices those
+    re-layouts worst: ranks skew at each, and a pipeline of unequal layouts keeps fewer ranks busy than it counts."""
+    return len({replace(layer.strategy, recompute="none") for layer in plan.layers}) > 1
 
 
 def fit_model_error(rows: list[dict]) -> float:
@@ -80,13 +96,15 @@ def fit_model_error(rows: list[dict]) -> float:
 
 
 @functools.cache
-def model_error_of(kind: str | None) -> ModelError | None:
-    """The model error measured for profiles of `kind` ("cpu", "cuda"), or None where no runs measured it."""
+def model_error_of(kind: str | None, relayout: bool) -> ModelError | None:
+    """The model error measured for profiles of `kind` ("cpu", "cuda") on plans of the class `relayout`, or None
+    where no runs measured it (a kind whose runs hold no plan of the class: fitted on all of its runs)."""
     kinds = json.loads(MODEL_ERROR_FILE.read_text())["kinds"]
     if kind not in kinds:
         return None
     entry = kinds[kind]
-    return ModelError(sigma=fit_model_error(entry["rows"]), plans=len(entry["rows"]),
+    rows = [r for r in entry["rows"] if bool(r["relayout"]) == relayout] or entry["rows"]
+    return ModelError(sigma=fit_model_error(rows), plans=len(rows), relayout=relayout,
                       source=f"{entry['device']}; {entry['measured']}")
 
 
@@ -172,8 +190,8 @@ def method_text(kind: str, n: int, model_error: ModelError | None, device: str |
                 f"error is not in it: no runs measured it on {device or 'this kind of'} devices")
     return (f"{int(LEVEL * 100)}% prediction interval: whole-profile prediction ± √(h_p² + h_m²), profile noise "
             f"h_p = {noise}; model error h_m = {Z95} · {model_error.sigma * 100:.1f}% · prediction, the cost model's "
-            f"own error on {device} devices beyond the profile's noise, fitted on {model_error.plans} plans run and "
-            f"predicted ({model_error.source})")
+            f"own error on {device} devices for {model_error.of_what} beyond the profile's noise, fitted on "
+            f"{model_error.plans} such plans run and predicted ({model_error.source})")
 
 
 class Intervals:
@@ -186,7 +204,6 @@ class Intervals:
         self.clusters = [calibrate(cluster, r, model=model, workload=workload) for r in self.replicates]
         self.model, self.profile_name = model, profile_name
         self.device = doc.get("device", {}).get("kind")
-        self.model_error = model_error_of(self.device)
 
     @property
     def available(self) -> bool:
@@ -201,11 +218,11 @@ class Intervals:
             return None
         point = float(plan.predicted["iteration_time_s"]) if center is None else float(center)
         preds = [predicted_time(plan, self.model, c) for c in self.clusters]
-        sigma = self.model_error.sigma if self.model_error is not None else None
+        error = model_error_of(self.device, relays_out(plan))
+        sigma = error.sigma if error is not None else None
         low, high = prediction_interval(point, preds, sigma or 0.0)
         return IntervalSection(low_s=low, high_s=high, level=LEVEL, replicates=len(preds), kind=self.kind,
-                               replicate_s=tuple(preds),
-                               method=method_text(self.kind, len(preds), self.model_error, self.device),
+                               replicate_s=tuple(preds), method=method_text(self.kind, len(preds), error, self.device),
                                profile=self.profile_name, model_error=sigma)
 
     def attach(self, plan):
