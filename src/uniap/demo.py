@@ -304,9 +304,8 @@ def score_intervals(result: dict, out_dir: str | Path, *, repredict: bool = Fals
     per row its interval (`interval_s`, around its prediction) and whether the measured time fell inside; the
     share inside (`inside_interval`); per class of plan (one layout, relayout) the model error the intervals hold
     (`model_error_used`, fitted on other runs) and the one these rows alone would fit (`model_error_here`,
-    `fit_model_error`); and `by_passes`: the
-    median error and τ had every plan been costed with the profile's first k passes only (k = 1 .. passes), the
-    figures `uniap profile --passes`'s default rests on. `repredict`: cost every row again with the whole profile
+    `fit_model_error`); and `by_passes`: the median error and τ had every plan been costed with the profile's
+    first k passes only (k = 1 .. passes), the figures `uniap profile --passes`'s default rests on. `repredict`: cost every row again with the whole profile
     under the checked-out cost model first (its prediction, error, ranks and the statistics), to re-score old runs.
     Nothing is measured: it reads OUT_DIR/profile.json and OUT_DIR/plans/*.json (the rows' order)."""
     from uniap.plans import Plan
