@@ -104,15 +104,13 @@ def model_error_rows(runs: dict[str, list[dict]]) -> list[dict]:
 def write_model_error(path: Path, runs: dict[str, list[dict]], kind: str, device: str, measured: str) -> dict:
     """Write (or update) the model-error entry of `kind` in `path` from these runs; returns σ_m per class of plan
     (one layout, relayout)."""
-    from uniap.profile.uncertainty import fit_model_error
+    from uniap.profile.uncertainty import fit_classes
 
     rows = model_error_rows(runs)
     doc = json.loads(path.read_text()) if path.exists() else {"kinds": {}}
     doc["kinds"][kind] = {"device": device, "measured": measured, "rows": rows}
     path.write_text(json.dumps(doc, indent=1) + "\n")
-    return {what: fit_model_error([r for r in rows if r["relayout"] == relayout])
-            for what, relayout in (("one layout", False), ("relayout", True))
-            if any(r["relayout"] == relayout for r in rows)}
+    return fit_classes(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,7 +189,9 @@ def summarize(console, name: str, runs: list[dict]) -> None:
         if values:
             console.print(f"{key}: " + ", ".join(f"{v:.3f}" for v in values) + f"   (median {statistics.median(values):.3f},"
                           f" target {'>=' if key in AT_LEAST else '<='} {limit})")
-    for what in ("one layout", "relayout"):
+    from uniap.profile.uncertainty import CLASSES
+
+    for what in CLASSES.values():
         here = [r["model_error_here"][what] for r in runs if isinstance(r.get("model_error_here"), dict)
                 and r["model_error_here"].get(what) is not None]
         if here:

@@ -311,8 +311,8 @@ def score_intervals(result: dict, out_dir: str | Path, *, repredict: bool = Fals
     from uniap.plans import Plan
     from uniap.profile.calibration import calibrate
     from uniap.profile.schema import load_profile
-    from uniap.profile.uncertainty import (Intervals, first_passes, fit_model_error, model_error_of, predicted_time,
-                                           relays_out)
+    from uniap.profile.uncertainty import (CLASSES, Intervals, first_passes, fit_classes, model_error_of,
+                                           predicted_time, relays_out)
     from uniap.spec.families import build_layers
     from uniap.spec.workload import Workload
 
@@ -346,15 +346,11 @@ def score_intervals(result: dict, out_dir: str | Path, *, repredict: bool = Fals
         inside.append(row["inside"])
         result["interval_method"] = iv.method
     result["inside_interval"] = sum(inside) / len(inside) if inside else None
-    result["model_error_used"], result["model_error_here"] = {}, {}
-    for relayout in (False, True):
-        what = "relayout" if relayout else "one layout"
-        used = model_error_of(intervals.device, relayout)
-        runs = [{"predicted_s": row["predicted_s"], "measured_s": row["measured_s"],
-                 "replicate_s": row["interval_replicate_s"]}
-                for row in result["rows"] if "interval_replicate_s" in row and row["relayout"] == relayout]
-        result["model_error_used"][what] = used.sigma if used is not None else None
-        result["model_error_here"][what] = fit_model_error(runs) if runs else None
+    used = {name: model_error_of(intervals.device, relayout) for relayout, name in CLASSES.items()}
+    result["model_error_used"] = {name: e.sigma if e is not None else None for name, e in used.items()}
+    runs = [{"predicted_s": row["predicted_s"], "measured_s": row["measured_s"], "relayout": row["relayout"],
+             "replicate_s": row["interval_replicate_s"]} for row in result["rows"] if "interval_replicate_s" in row]
+    result["model_error_here"] = fit_classes(runs)
     measured = [row["measured_s"] for row in result["rows"]]
     by_passes = {}
     for k in range(1, int(doc["method"].get("passes", 1)) + 1 if intervals.kind != "none" else 1):

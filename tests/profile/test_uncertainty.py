@@ -14,7 +14,7 @@ from uniap.plans import IntervalSection, Plan
 from uniap.profile import collect
 from uniap.profile.calibration import calibrate
 from uniap.profile.collect import assemble, merge_raw
-from uniap.profile.uncertainty import (MODEL_ERROR_FILE, Z95, Intervals, first_passes, fit_model_error,
+from uniap.profile.uncertainty import (MODEL_ERROR_FILE, Z95, Intervals, first_passes, fit_classes, fit_model_error,
                                        half_widths, interval_line, measured_against, model_error_of,
                                        prediction_interval, relays_out, replicate_profiles, t95)
 from uniap.spec.cluster import load_cluster
@@ -95,6 +95,10 @@ def test_the_model_error_is_what_the_profiles_spread_leaves_unexplained():
     assert fit_model_error([row(1.0, 1.3, 0.1)]) == pytest.approx(math.sqrt(0.09 - 0.01 * 4 / 3))
     with pytest.raises(UniapError, match="at least one plan"):
         fit_model_error([])
+    # per class: only the classes the rows hold
+    classed = [{**row(1.0, 1.1, 0.0), "relayout": False}, {**row(2.0, 1.6, 0.0), "relayout": True}]
+    assert fit_classes(classed) == pytest.approx({"one layout": 0.1, "relayout": 0.2})
+    assert fit_classes(classed[:1]) == pytest.approx({"one layout": 0.1})
 
 
 def test_the_model_error_is_fitted_on_the_runs_the_package_ships_per_class_and_only_for_their_kind_of_device():

@@ -75,6 +75,10 @@ class ModelError:
         return "plans that re-lay out between layers" if self.relayout else "plans that keep one layout"
 
 
+CLASSES = {False: "one layout", True: "relayout"}
+"""The classes of plan the model error is fitted apart for, by `relays_out`, and their short names."""
+
+
 def relays_out(plan) -> bool:
     """Whether the plan's layers use more than one layout (how parameters and activations are split: dp, tp, cp,
     ep, ZeRO; recompute aside), so that activations are re-laid out between some of them. The model prices those
@@ -95,14 +99,24 @@ def fit_model_error(rows: list[dict]) -> float:
     return math.sqrt(max(statistics.fmean(errors) - statistics.fmean(noise), 0.0))
 
 
+def fit_classes(rows: list[dict]) -> dict[str, float]:
+    """σ_m of each class of plan (`CLASSES`) that `rows` hold (each row with its `relayout`)."""
+    return {name: fit_model_error([r for r in rows if bool(r["relayout"]) == relayout])
+            for relayout, name in CLASSES.items() if any(bool(r["relayout"]) == relayout for r in rows)}
+
+
+@functools.cache
+def _model_error_runs() -> dict:
+    return json.loads(MODEL_ERROR_FILE.read_text())["kinds"]
+
+
 @functools.cache
 def model_error_of(kind: str | None, relayout: bool) -> ModelError | None:
     """The model error measured for profiles of `kind` ("cpu", "cuda") on plans of the class `relayout`, or None
     where no runs measured it (a kind whose runs hold no plan of the class: fitted on all of its runs)."""
-    kinds = json.loads(MODEL_ERROR_FILE.read_text())["kinds"]
-    if kind not in kinds:
+    entry = _model_error_runs().get(kind)
+    if entry is None:
         return None
-    entry = kinds[kind]
     rows = [r for r in entry["rows"] if bool(r["relayout"]) == relayout] or entry["rows"]
     return ModelError(sigma=fit_model_error(rows), plans=len(rows), relayout=relayout,
                       source=f"{entry['device']}; {entry['measured']}")
