@@ -3,6 +3,7 @@ ends' resharding, the direct construction, and that solving through them gives t
 cost tables."""
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -167,3 +168,61 @@ def test_a_deferred_step_hands_its_direct_plan_to_the_search():
     state, queue = _State(["candidate"], {}, None), []
     assert state.defer(queue, (0, 0.0, 0), outcome, 0.1)
     assert state.best is found and state.cutoff() == found.objective and queue == [(1, outcome.bound, 0)]  # the chunk MILP: next tier
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_memory_rows_bound_chains_with_several_blocks_per_chunk(seed):
+    """Chains shaped like a model with up to three blocks per chunk and tight memory, where a chunk's cap κ and
+    the chain ends' chunks decide what fits (`add_memory_constraint`'s rows for each price λ, and the end
+    layer's chunk holding m of the run's layers): both relaxations still bound the enumeration oracle's optimum,
+    and a direct plan with their contents costs at least the bound."""
+    rng = np.random.default_rng(70_000 + seed)
+    P, v = [(2, 2), (2, 3)][seed % 2]
+    L = 2 + P * v + int(rng.integers(1, 4))  # 1 to 3 chunks of two blocks or more
+    program = random_program(seed, layers=L, strategies=2, stages=P, micro_batches=P * int(rng.integers(1, 3)),
+                             runs=[1, L - 2, 1], memory=float(rng.uniform(15, 45)), virtual_stages=v)
+    reference = solve_reference(program)
+    for edges in (False, True):
+        reduced, relaxation, result, scale = _relax(program, edges)
+        if result.status != "optimal":
+            assert reference is None
+            continue
+        if reference is not None:
+            assert result.bound * scale <= reference.objective * (1 + 1e-7)
+        plan, value = chain_plan(program, reduced, relaxation.contents(result.x))
+        assert value >= result.bound * scale * (1 - 1e-7)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_least_held_order_lowers_the_peak(seed):
+    """The memory cut's arrangement keeps every chunk's kind and length multiset, never raises the activation
+    peak, and with one moment (one row of in-flight counts) reaches the least peak of any arrangement."""
+    from itertools import permutations
+
+    from uniap.solve.group_relaxation import _least_held_order
+
+    rng = np.random.default_rng(80_000 + seed)
+    v = int(rng.integers(2, 6))
+    block, end = (0, 0, 1), (1, 0, 0)
+    pieces = [[block] * int(rng.integers(1, 4)) for _ in range(v)]
+    pieces[0] = [end] + pieces[0] if seed % 2 else pieces[0]
+    Ma = {block: 1.0, end: 2.5}
+    moments = 1 if seed < 10 else int(rng.integers(2, 5))
+    patterns = rng.integers(1, 9, size=(moments, v)).astype(float)
+
+    def peak(chunks):
+        return float((patterns @ np.array([sum(Ma[label] for label in piece) for piece in chunks])).max())
+
+    out = _least_held_order(pieces, patterns, Ma)
+    assert [piece[0] == end for piece in out] == [piece[0] == end for piece in pieces]
+    assert sorted(map(len, out)) == sorted(map(len, pieces))
+    assert peak(out) <= peak(pieces)
+    if moments == 1:
+        movable = [k for k, piece in enumerate(pieces) if all(label == block for label in piece)]
+        best = math.inf
+        for order in permutations([len(pieces[k]) for k in movable]):
+            trial = list(pieces)
+            for k, n in zip(movable, order):
+                trial[k] = [block] * n
+            best = min(best, peak(trial))
+        assert peak(out) == pytest.approx(best)

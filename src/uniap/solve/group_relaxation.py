@@ -75,6 +75,8 @@ class GroupRelaxation:
         self.add_one_strategy_constraint(bld)
         self.end_reshard: dict[int, tuple[int, int, int, Expr]] = {}  # group → (end run, next run, h, ρ)
         self.kappa: dict[tuple[int, int], int] = {}  # (run, group) → κ, the most of the run's layers in one chunk
+        self.end_blocks: dict[tuple[int, int], tuple[int, np.ndarray]] = {}  # (run, group) → (position of the
+        #   chunk of the chain's end layer on the group, the run's layers in it per strategy: add_slot_constraint)
         self.slot = bld.variables(P, name="slot")  # b_d (solve.program)
         self.excess = bld.variables(P, name="excess")  # Σ over group d's chunks of their time beyond b_d
         least = least_sends(program, np.asarray(program.allowed)) / scale
@@ -317,10 +319,6 @@ class GroupRelaxation:
                     name=named("chunk_layers_most", run=r, group=d))  # v·κ ≥ N
             bld.row(plus(term(kappa), term(self.N[r][d], -1.0)), hi=0,
                     name=named("chunk_layers_least", run=r, group=d))  # κ ≤ N
-            end = self.end_reshard.get(d)
-            if end is not None and end[1] == r:  # the end layer alone in its chunk: the run fills the other v − 1
-                bld.row(plus(term(kappa, v - 1.0), term(end[2], float(most.max())), term(self.N[r][d], -1.0)), 0,
-                        name=named("end_alone_layers", run=r, group=d))
             self.kappa[r, d] = kappa
             fills.append((kappa, self.N[r][d], red.A[run.first, run.keep] / tau, most > 0, r))
         for kappa, counts, A, usable, r in fills:
@@ -330,18 +328,35 @@ class GroupRelaxation:
         for r, run in enumerate(red.runs):
             if run.length > 1 or not self.most[r][d].any() or len(fills) != 1:
                 continue
-            kappa, counts, A, usable, _ = fills[0]  # the chunk of one layer (the head) holds N − (v − 1)·κ too
-            alone = plus(term(self.N[r][d], red.A[run.first, run.keep] / tau), *self._edges_inside(d, r))
-            if self.edges and r in (0, len(red.runs) - 1) and len(red.runs) > 1:
+            kappa, counts, A, usable, r_long = fills[0]
+            # The chunk of one layer (the head, say) holds m of the run's layers, m_j under strategy j: at least
+            # N − (v − 1)·κ (the other chunks hold at most κ each), at most κ, and it takes their time.
+            most = self.most[r_long][d]
+            shared = bld.variables(len(most), 0, most, name=f"end_blocks[run={r},group={d}]")
+            m = bld.variables(1, 0, float(most.max()), integer=True, name=f"end_count[run={r},group={d}]")[0]
+            bld.row(plus(term(m), term(shared, -1.0)), 0, 0, name=named("end_count", run=r, group=d))
+            bld.row(plus(term(shared), term(counts, -1.0)), hi=0, name=named("end_blocks_held", run=r, group=d))
+            for j in np.flatnonzero(usable):
+                bld.row(plus(term(shared[j]), term(counts[j], -1.0)), hi=0,
+                        name=named("end_blocks_of", run=r, group=d, strategy=int(red.runs[r_long].keep[j])))
+            bld.row(plus(term(m), term(counts, -1.0), term(kappa, v - 1.0)), 0,
+                    name=named("end_blocks_least", run=r, group=d))  # m ≥ N − (v − 1)·κ
+            bld.row(plus(term(m), term(kappa, -1.0)), hi=0, name=named("end_blocks_most", run=r, group=d))  # m ≤ κ
+            big = float(most.max())
+            if self.edges and r in (0, len(red.runs) - 1) and len(red.runs) > 1 and r_long == (1 if r == 0 else r - 1):
                 # The chain's first (last) layer shares its chunk with the run only across the edge to it: where
-                # that edge is a boundary, the run's layers fill the group's other v − 1 chunks.
+                # that edge is a boundary (on the group holding the layer), m = 0.
                 edge = self.Z[d][0 if r == 0 else r - 1]
-                big = float(self.most[1 if r == 0 else r - 1][d].max())  # the run's most layers on d
-                bld.row(plus(term(counts), term(kappa, -(v - 1.0)), term(edge, -big), term(self.N[r][d], big)),
-                        hi=big, name=named("end_chunk_layers", run=r, group=d))  # only the group holding the layer
-            for j, lam in enumerate(np.unique(A[usable])):
-                bld.row(plus(alone, term(counts, lam - np.maximum(lam - A, 0.0)), term(kappa, -(v - 1) * lam),
-                             largest), hi=0, name=named("end_chunk", run=r, group=d, price=j))
+                bld.row(plus(term(m), term(edge, -big), term(self.N[r][d], big)), hi=big,
+                        name=named("end_chunk_layers", run=r, group=d))
+            end = self.end_reshard.get(d)
+            if end is not None and end[0] == r and end[1] == r_long:  # without edges: m = 0 unless h says shared
+                bld.row(plus(term(m), term(end[2], -big)), hi=0, name=named("end_alone_layers", run=r, group=d))
+            alone = plus(term(self.N[r][d], red.A[run.first, run.keep] / tau), *self._edges_inside(d, r))
+            bld.row(plus(alone, term(shared, A), largest), hi=0, name=named("end_chunk", run=r, group=d))
+            at = self._end_chunk(r)
+            if at in self.program.group_chunks[d]:
+                self.end_blocks[r_long, d] = (list(self.program.group_chunks[d]).index(at), shared)
 
     def _edges_inside(self, d: int, r: int) -> list[Expr]:
         """Resharding on the edges into and out of single-layer run r where they fall inside one of group d's
@@ -355,18 +370,29 @@ class GroupRelaxation:
     def add_memory_constraint(self, bld: Builder, d: int) -> None:
         """Group d's bytes fit its devices at the moment of `program.inflight` (h_k micro-batches in its
         position-k chunk; a moment of its peak, so a valid floor): every layer holds at least min h, the chain's
-        single-layer ends the h of the chunk they sit in, and a run with at most κ layers per chunk (v·κ ≥ N,
-        `add_slot_constraint`) has at least N − (v − 1)·κ of them in every chunk, so its activations add at least
-        Σ_k (h_k − min h)·Ma·(N − (v − 1)·κ) over each strategy's count. Without that term a group could put its
-        layers in its emptiest chunk for memory and spread them evenly for time, and the bound's group contents
-        would not fit once cut into chunks (Megatron's 145B on 1,536 A100: every direct plan over memory)."""
+        single-layer ends the h of the chunk they sit in, and a run's layers add what the least arrangement of
+        them over the chunks adds beyond that.
+
+        With at most κ of the run's N layers in a chunk (v·κ ≥ N, `add_slot_constraint`), every chunk holds
+        between ℓ = N − (v − 1)·κ and κ of them, so their activations are at least Ma times
+        min Σ_k h_k·n_k over Σ n_k = N, ℓ ≤ n_k ≤ κ. That linear program's dual gives one valid row per price λ:
+
+            Σ_k h_k·n_k ≥ λ·N + ℓ·Σ_k (h_k − λ)⁺ − κ·Σ_k (λ − h_k)⁺,
+
+        and the rows for λ at each h_k make it exact (λ = min h: every chunk at least ℓ; λ = max h: the chunks
+        holding fewest micro-batches filled first, up to κ). Without them a group could put its layers in its
+        emptiest chunk for memory and spread them evenly for time, and the bound's group contents would not fit
+        once cut into chunks (Megatron's 145B on 1,536 A100; Nemotron-4 340B's pp8·v7 on 128 H100, where only the
+        cap κ showed that 13 blocks do not fit a group whose chunks hold 2)."""
         cap = float(self.program.memory_capacity)
         if not math.isfinite(cap):
             return
         v, red, runs = self.program.virtual_stages, self.reduced, self.reduced.runs
         chunks = list(self.program.group_chunks[d])
         held = self.program.group_inflight[d]
-        least, spread = float(held.min()), float((held - held.min()).sum())
+        least = float(held.min())
+        prices = [(float(lam) - least, float(np.maximum(held - lam, 0).sum()), float(np.maximum(lam - held, 0).sum()))
+                  for lam in np.unique(held)]  # (λ − min h, Σ (h − λ)⁺, Σ (λ − h)⁺)
         parts = []
         for r, run in enumerate(runs):
             at = self._end_chunk(r)
@@ -374,13 +400,27 @@ class GroupRelaxation:
             Ms, Ma = red.Ms[run.first, run.keep], red.Ma[run.first, run.keep]
             parts.append(term(self.N[r][d], (Ms + infl * Ma) / cap))
             kappa = self.kappa.get((r, d))
-            if kappa is None or spread == 0:
+            if kappa is None or len(prices) == 1:
                 continue
             extra = bld.variables(1, 0, name=f"spread_memory[run={r},group={d}]")[0]
+            at, shared = self.end_blocks.get((r, d), (None, None))
             for j in np.flatnonzero((self.most[r][d] > 0) & (Ma > 0)):
-                unit = spread * float(Ma[j]) / cap  # extra ≥ spread·Ma·(N_j − (v − 1)·κ), ≤ 0 unless j is used
-                bld.row(plus(term(extra), term(self.N[r][d, j], -unit), term(kappa, unit * (v - 1))), 0,
-                        name=named("spread_memory", run=r, group=d, strategy=int(run.keep[j])))
+                unit = float(Ma[j]) / cap  # extra ≥ Ma·(the row above − min h·N); ≤ 0 unless j is used
+                if at is None:
+                    for i, (above, over, under) in enumerate(prices):
+                        bld.row(plus(term(extra), term(self.N[r][d, j], -unit * (above + over)),
+                                     term(kappa, unit * ((v - 1) * over + under))), 0,
+                                name=named("spread_memory", run=r, group=d, strategy=int(run.keep[j]), price=i))
+                    continue
+                # The end layer's chunk holds m_j of them: the other v − 1 chunks hold N − m between
+                # N − m − (v − 2)·κ and κ each, priced by the same rows over their own h (its own at h_at).
+                others = np.delete(held, at)
+                for i, lam in enumerate(np.unique(others)):
+                    over, under = float(np.maximum(others - lam, 0).sum()), float(np.maximum(lam - others, 0).sum())
+                    bld.row(plus(term(extra), term(self.N[r][d, j], -unit * (lam - least + over)),
+                                 term(shared[j], -unit * (float(held[at]) - lam - over)),
+                                 term(kappa, unit * ((v - 2) * over + under))), 0,
+                            name=named("spread_memory_end", run=r, group=d, strategy=int(run.keep[j]), price=i))
             parts.append(term(extra))
         bld.row(plus(*parts), hi=1.0, name=named("memory", group=d))
 
@@ -398,15 +438,17 @@ class GroupRelaxation:
 
 def chain_plan(program: StageProgram, reduced: Reduced,
                counts: list[np.ndarray]) -> tuple[tuple[np.ndarray, np.ndarray] | None, float]:
-    """(plan, its TPI): the fastest of seven plans built directly (no MILP) that hold the given group contents; None
-    when none can be built (TPI inf). Each group lists its layers in chain order, a run's layers class by class
-    (the most numerous class first, or last), and cuts that list into its v chunks: where the run or the class
-    changes (so resharding becomes a send) and then single layers off its end; single layers off its end only
-    (one long chunk); or into chunks of near-equal time (what the slot term rewards); chunk j is then group
-    j mod P's next piece. The seventh packs each group's blocks into chunks of near-equal time (`_packed`)."""
+    """(plan, its TPI): the fastest of eleven plans built directly (no MILP) that hold the given group contents;
+    None when none can be built (TPI inf). Each group lists its layers in chain order, a run's layers class by
+    class (the most numerous class first, or last), and cuts that list into its v chunks: where the run or the
+    class changes (so resharding becomes a send) and then single layers off its end; single layers off its end
+    only (one long chunk); into chunks of near-equal time (what the slot term rewards); or into those chunks with
+    the lengths of a kind's swapped to hold the fewest activation bytes at the group's peak (what memory rewards),
+    the chain's single-layer ends in chunks of their own or not; chunk j is then group j mod P's next piece. The
+    eleventh packs each group's blocks into chunks of near-equal time (`_packed`)."""
     best, best_value = None, math.inf
     plans = [_chain(program, reduced, counts, most_first, cut)
-             for most_first in (True, False) for cut in ("changes", "tail", "balanced")]
+             for most_first in (True, False) for cut in ("changes", "tail", "balanced", "memory", "alone")]
     for plan in plans + [_packed(program, reduced, counts)]:
         value = math.inf if plan is None else evaluate(program, *plan)
         if value < best_value:
@@ -473,8 +515,15 @@ def _chain(program: StageProgram, reduced: Reduced, counts: list[np.ndarray], mo
                     labels += [(r, int(c), int(run.keep[j]))] * int(held[d, j])
         if len(labels) < v:
             return None
-        if cut == "balanced":
-            edges = _balanced_cuts([float(reduced.A[runs[r].first, k]) for r, _, k in labels], v)
+        if cut in ("balanced", "memory", "alone"):
+            times = [float(reduced.A[runs[r].first, k]) for r, _, k in labels]
+            # "alone": the chain's single-layer ends (embedding, head) in chunks of their own, the rest balanced
+            first = int(cut == "alone" and labels[0][0] == 0 and runs[0].length == 1)
+            last = int(cut == "alone" and labels[-1][0] == len(runs) - 1 and runs[-1].length == 1 and len(runs) > 1)
+            if len(labels) - first - last < v - first - last or v - first - last < 1:
+                return None
+            inner = _balanced_cuts(times[first:len(labels) - last], v - first - last)
+            edges = [0] * first + [first + e for e in inner] + [len(labels)] * last
         else:
             changes = [i for i in range(1, len(labels)) if labels[i][:2] != labels[i - 1][:2]]
             cuts = set(changes[:v - 1]) if cut == "changes" else set()
@@ -484,11 +533,46 @@ def _chain(program: StageProgram, reduced: Reduced, counts: list[np.ndarray], mo
                 tail -= 1
             edges = [0, *sorted(cuts), len(labels)]
         pieces.append([labels[a:b] for a, b in zip(edges[:-1], edges[1:])])
+        if cut in ("memory", "alone"):
+            patterns = program.group_inflight[d][None] if program.held is None else np.asarray(program.held[d])
+            Ma = {label: float(reduced.Ma[runs[label[0]].first, label[2]]) for label in labels}
+            pieces[d] = _least_held_order(pieces[d], patterns, Ma)
     chain = [(k * P + d, label) for k in range(v) for d in range(P) for label in pieces[d][k]]
     run_at = np.repeat(np.arange(len(runs)), [run.length for run in runs])
     if len(chain) != L or any(label[0] != run_at[u] for u, (_, label) in enumerate(chain)):
         return None  # the groups' runs do not line up along the chain this way
     return np.array([j for j, _ in chain]), np.array([label[2] for _, label in chain])
+
+
+def _least_held_order(pieces: list[list[tuple]], patterns: np.ndarray, Ma: dict) -> list[list[tuple]]:
+    """A group's chunks with the lengths of those of one repeated layer kind (one label) swapped among them so that
+    the most activation bytes it holds at any moment of `patterns` (micro-batches per chunk position, one row per
+    moment) is least: the same layers and time per chunk kind. Swaps of two lengths, while one lowers the peak
+    (v ≤ 8 chunks: a few dozen evaluations). `Ma`: activation bytes per label."""
+    out = [list(piece) for piece in pieces]
+    kinds: dict[tuple, list[int]] = {}
+    for k, piece in enumerate(pieces):
+        if piece and all(label == piece[0] for label in piece):
+            kinds.setdefault(piece[0], []).append(k)
+
+    def peak(chunks):
+        return float((patterns @ np.array([sum(Ma[label] for label in piece) for piece in chunks])).max())
+
+    best = peak(out)
+    improved = True
+    while improved:
+        improved = False
+        for label, positions in kinds.items():
+            for i, a in enumerate(positions):
+                for b in positions[i + 1:]:
+                    if len(out[a]) == len(out[b]):
+                        continue
+                    trial = list(out)
+                    trial[a], trial[b] = out[b], out[a]
+                    value = peak(trial)
+                    if value < best:
+                        out, best, improved = trial, value, True
+    return out
 
 
 def _balanced_cuts(times: list[float], v: int) -> list[int]:
