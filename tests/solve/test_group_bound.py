@@ -160,3 +160,65 @@ def test_contents_where_the_bound_is_least_and_the_plan_that_attains_it():
             assert outcome.status == "optimal"
             assert outcome.solution.objective == pytest.approx(reference.objective, rel=1e-6)
     assert attained >= 2
+
+
+def _several_blocks_per_chunk(seed: int):
+    """An embedding, 1–3 chunks' worth of blocks beyond one per chunk, and a head, on 2 device groups."""
+    rng = np.random.default_rng(90_000 + seed)
+    P, v = [(2, 2), (2, 3)][seed % 2]
+    L = 2 + P * v + int(rng.integers(1, 4))
+    memory = float(rng.uniform(15, 45)) if rng.random() < 0.6 else None
+    return random_program(seed, layers=L, strategies=2, stages=P, micro_batches=P * int(rng.integers(1, 3)),
+                          runs=[1, L - 2, 1], memory=memory, virtual_stages=v)
+
+
+def test_whole_blocks_count_the_chunks_over_the_slot(monkeypatch):
+    """With more blocks than chunks, every cut of a group has at least as many chunks at its most even cut's
+    largest as that cut does, each over a slot below it (`_slot_values`' F): the bound stays below the oracle's
+    optimum, is never below the bound that counts one such chunk, and is above it on some chains."""
+    import uniap.solve.group_bound as module
+
+    balanced = module._balanced_loads
+
+    def one_largest(t, x, blocks, v):  # the same largest chunk, but only one chunk that large
+        loads = balanced(t, x, blocks, v)
+        return np.concatenate([loads.max(axis=3, keepdims=True), np.zeros(loads.shape[:3] + (v - 1,))], axis=3)
+
+    tighter = 0
+    for seed in range(40):
+        program = _several_blocks_per_chunk(seed)
+        reduced = reduce_program(program, fold=True)
+        counted = group_bound(program, reduced)
+        with monkeypatch.context() as patch:
+            patch.setattr(module, "_balanced_loads", one_largest)
+            once = group_bound(program, reduced)
+        reference = solve_reference(program)
+        if reference is None:
+            continue
+        assert once <= counted * (1 + 1e-12) and counted <= reference.objective * (1 + 1e-9)
+        tighter += counted > once * (1 + 1e-6)
+    assert tighter >= 3  # 6 of the 32 that fit
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_balanced_loads_are_the_most_even_cut(seed):
+    """The greedy cut of n identical blocks (and an end layer in the first chunk) has the least largest chunk and
+    the least Σ (l − b)⁺ at every slot b of any cut into v chunks (every cut majorises it)."""
+    from itertools import product
+
+    from uniap.solve.group_bound import _balanced_loads
+
+    rng = np.random.default_rng(95_000 + seed)
+    v, blocks = int(rng.integers(2, 5)), int(rng.integers(3, 9))
+    t, x = rng.uniform(0.5, 2.0, 2), rng.uniform(0.0, 3.0, 2)
+    loads = _balanced_loads(t, x if seed % 2 else None, blocks, v)
+    for k, e, n in product(range(2), range(loads.shape[1]), range(blocks + 1)):
+        end = x[e] if seed % 2 else 0.0
+        cuts = np.array([cut for cut in product(range(n + 1), repeat=v) if sum(cut) == n], dtype=float)
+        times = cuts * t[k]
+        times[:, 0] += end
+        assert loads[k, e, n].sum() == pytest.approx(n * t[k] + end)
+        assert loads[k, e, n].max() == pytest.approx(times.max(axis=1).min())
+        for b in np.linspace(0.0, times.max(), 7):
+            least = np.maximum(times - b, 0.0).sum(axis=1).min()
+            assert np.maximum(loads[k, e, n] - b, 0.0).sum() == pytest.approx(least)

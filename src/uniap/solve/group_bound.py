@@ -73,7 +73,7 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
     capacity = float(program.memory_capacity) * (1 + MEMORY_RTOL)
     for d in range(P):
         kind = "first" if d == 0 else "last" if d == P - 1 else "middle"
-        a, time_bound, g, largest, rates, byte_rates = kinds[kind]
+        a, time_bound, g, even_largest, full, largest, rates, byte_rates = kinds[kind]
         M = largest(program.group_inflight[d], capacity)  # inf where the group's bytes fit no cut into chunks
         fits = np.isfinite(M)
         if cutoff is not None:
@@ -95,11 +95,14 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
         profile, keep, M, fits, verdict = kept_of[key]
         if verdict is not None:  # no count fits its memory (inf), or none can beat the cut-off (capped there)
             return (verdict, None) if contents else verdict
-        groups.append(((kind, profile), a[keep], M, g[keep], fits))
+        # Where memory forces no chunk beyond the most even cut's largest, F chunks of that cut are that large,
+        # and every cut has at least their excess over a slot (`_slot_values`); elsewhere the forced largest, once.
+        even = M <= even_largest[keep] * (1 + 1e-9)
+        groups.append(((kind, profile), a[keep], np.where(even, even_largest[keep], M), g[keep], fits,
+                       np.where(even, full[keep], 1)))
         choices.append(np.flatnonzero(keep))
     windows = [_window(*group[1:]) for group in groups]
-    slots = np.unique(np.concatenate(
-        [[0.0]] + [np.concatenate([M[fits], np.maximum((a - M)[fits] / (v - 1), 0.0)]) for _, a, M, _, fits in groups]))
+    slots = np.unique(np.concatenate([[0.0]] + [_breakpoints(v, *group[1:]) for group in groups]))
     best, best_at = -math.inf, None
     for omega in (np.full(P, 1.0 / P), np.eye(P)[0], np.eye(P)[P - 1]):
         def value(B, w=omega):
@@ -107,7 +110,7 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
             for x, (profile, *_), window in zip(w, groups, windows):
                 key = (profile, float(x))  # groups of one profile (kind, M, what fits) cost the same
                 if key not in alike:
-                    alike[key] = _slot_cost(B, c, v, x, *window[:5])
+                    alike[key] = _slot_cost(B, c, v, x, *window[:6])
                 costs.append(alike[key])
             return (c * v - 1) * B + _chain_dp(costs, blocks) + sends
         least, slot = _least_over_slots(slots, value, c * v - 1, None if cutoff is None else max(cutoff, best))
@@ -149,6 +152,7 @@ def _least_over_slots(slots: np.ndarray, value, slope: float, cutoff: float | No
 def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind: str, blocks: int):
     """The choices of a group of `kind` (first, middle or last): its block strategy, and on the first and last
     group its end layer's strategy, against its block count n = 0..blocks: (a, M, g), each (choices, blocks + 1),
+    the largest chunk of the most even cut and how many chunks are that large (`_balanced_loads`),
     and memory(held), its least bytes given the micro-batches each of its chunks holds (inf where n is too few
     to give every chunk a layer), and per choice the rates a, M and g grow with (block and end layer times and
     syncs). `kept`: (A, G, Ms, Ma) of the embedding's, the blocks' and the head's
@@ -163,6 +167,9 @@ def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind
         x, xg, xm, xa, _ = kept[0] if kind == "first" else kept[2]
         end_chunk, at_least = (0 if kind == "first" else v - 1), v - 1  # the end layer's chunk may hold no block
     shape = (len(t), len(x), len(n))  # (block strategy, end strategy, n)
+    loads = _balanced_loads(t, x if end_chunk is not None else None, blocks, v)
+    even = loads.max(axis=3)  # the most even cut's largest chunk, and how many chunks are that large
+    full = (loads >= even[..., None] * (1 - 1e-12)).sum(axis=3)
     a = t[:, None, None] * n + x[None, :, None]
     g = gk[:, None, None] * n + xg[None, :, None]
     if end_chunk is None:
@@ -210,15 +217,20 @@ def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind
         forced = M.copy()
         raised = every[found & timed]
         raised = raised[hi[raised] <= N[raised] + spare[raised]]  # a cut within the caps had to be found
-        # A chunk without the end layer holds at most κ blocks below κ·T; the end layer's may exceed (κ − 1)·T.
-        forced[raised] = np.maximum(M[raised], (hi[raised] - (0.0 if end_chunk is None else 1.0)) * T[raised])
+        # κ − 1 does not fit: every cut that fits has a chunk without the end layer of at least κ blocks, or the
+        # end layer's chunk beyond its cap κ − spare (had neither, the cut would fit under κ − 1), so the largest
+        # is at least κ·T, or min(κ·T, x + (κ − spare)·T) with an end layer (at least (κ − 1)·T: x ≥ (spare − 1)·T).
+        least = hi[raised] * T[raised]
+        if end_chunk is not None:
+            least = np.minimum(least, X[raised] + (hi[raised] - spare[raised]) * T[raised])
+        forced[raised] = np.maximum(M[raised], least)
         return np.where(found, forced, math.inf).reshape(-1, len(n))
 
     rates = [np.broadcast_to(rate, shape[:2]).ravel() for rate in (t[:, None], x[None, :], gk[:, None], xg[None, :])]
     byte_rates = [np.broadcast_to(rate, shape[:2]).ravel() for rate in (ms[:, None], ma[:, None], xm[None, :],
                                                                         xa[None, :])]
-    return (*(np.broadcast_to(arr, shape).reshape(-1, len(n)) for arr in (a, largest, g)), largest_fitting, rates,
-            byte_rates)
+    return (*(np.broadcast_to(arr, shape).reshape(-1, len(n)) for arr in (a, largest, g, even, full)),
+            largest_fitting, rates, byte_rates)
 
 
 def _least_held(held: np.ndarray, n: np.ndarray, caps: np.ndarray, end_cap: np.ndarray,
@@ -272,36 +284,66 @@ def _kept(reduced: Reduced, run, end: bool) -> tuple[np.ndarray, ...]:
             np.flatnonzero(keep))
 
 
-def _window(a, M, g, fits) -> tuple:
-    """(first block count, a, M, g, penalty, rows) of a group over the window of counts where some choice fits
-    and the choices that fit one of them (`rows`, their indices); penalty is 0 where a choice fits a count and
-    inf where not."""
+def _window(a, M, g, fits, full) -> tuple:
+    """(first block count, a, M, g, penalty, full, rows) of a group over the window of counts where some choice
+    fits and the choices that fit one of them (`rows`, their indices); penalty is 0 where a choice fits a count
+    and inf where not."""
     held = np.flatnonzero(fits.any(axis=0))
     lo, hi = int(held[0]), int(held[-1]) + 1
     rows = fits[:, lo:hi].any(axis=1)
-    a, M, g, fits = (arr[rows, lo:hi] for arr in (a, M, g, fits))
-    return lo, a, M, g, np.where(fits, 0.0, math.inf), np.flatnonzero(rows)
+    a, M, g, fits, full = (arr[rows, lo:hi] for arr in (a, M, g, fits, full))
+    return lo, a, M, g, np.where(fits, 0.0, math.inf), full, np.flatnonzero(rows)
 
 
-def _slot_cost(B: np.ndarray, c: int, v: int, omega: float, lo: int, a, M, g, penalty) -> tuple[int, np.ndarray]:
+def _breakpoints(v: int, a, M, g, fits, full) -> np.ndarray:
+    """The slots where a group's bound (`_slot_values`) changes slope, over the counts that fit: M, and where
+    a − v·b meets F·(M − b)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        meet = (a - full * M) / (v - full)
+    return np.concatenate([M[fits], np.maximum(meet[fits & (full < v)], 0.0)])
+
+
+def _slot_cost(B: np.ndarray, c: int, v: int, omega: float, lo: int, a, M, g, penalty, full) -> tuple[int, np.ndarray]:
     """(first block count, (len(B), counts)): the least bound of the group over its choices, at each slot B and
     each block count it can hold (its `_window`: outside it nothing fits)."""
-    return lo, _slot_values(B, c, v, omega, a, M, g, penalty).min(axis=1)
+    return lo, _slot_values(B, c, v, omega, a, M, g, penalty, full).min(axis=1)
 
 
-def _slot_values(B: np.ndarray, c: int, v: int, omega: float, a, M, g, penalty) -> np.ndarray:
-    """(len(B), choices, counts): the group's bound under each choice (`_slot_cost`)."""
+def _slot_values(B: np.ndarray, c: int, v: int, omega: float, a, M, g, penalty, full) -> np.ndarray:
+    """(len(B), choices, counts): the group's bound under each choice, b + c·max(a − v·b, F·(M − b)) + ω·g with
+    b = min(B, M), M a least largest chunk and F chunks at least that large in every cut (`_slot_cost`).
+
+    F > 1 where memory forces no chunk beyond the most even cut's largest: whole blocks then put F chunks at it,
+    each over a slot below it (12 blocks in 7 chunks put 2 in five, each over a slot of 1.8 blocks, where
+    a − v·b sees none over), and every cut has at least that cut's excess (`_balanced_loads`)."""
     b = np.minimum(B[:, None, None], M[None])
-    # b + c·max(a − v·b, M − b, 0) + ω·g + penalty; b ≤ M makes the 0 idle, so it is
-    # (1 − c)·b + c·max(a − (v − 1)·b, M) + ω·g + penalty, in place
-    value = b * (1.0 - v)
+    value = b * -float(v)
     value += a[None]
-    np.maximum(value, M[None], out=value)
+    over = M[None] - b
+    over *= full[None]
+    np.maximum(value, over, out=value)
     value *= c
-    b *= 1.0 - c
     value += b
     value += omega * g + penalty
     return value
+
+
+def _balanced_loads(t: np.ndarray, x: np.ndarray | None, blocks: int, v: int) -> np.ndarray:
+    """(K, E, blocks + 1, v): the chunk times of the most even cut of n = 0..blocks blocks of time t (per block
+    strategy) into v chunks, the first also holding an end layer of time x (per end strategy; None: a middle
+    group): each block in turn to the chunk that is least loaded. For identical blocks that greedy cut is
+    majorised by every other (it is optimal for every separable convex cost), so Σ_k (l_k − b)⁺ is least on it."""
+    ends = np.zeros(1) if x is None else x
+    loads = np.zeros((len(t), len(ends), blocks + 1, v))
+    current = np.zeros((len(t), len(ends), v))
+    current[:, :, 0] = ends[None, :]
+    loads[:, :, 0] = current
+    K, E = np.meshgrid(np.arange(len(t)), np.arange(len(ends)), indexing="ij")
+    for n in range(1, blocks + 1):
+        least = current.argmin(axis=2)
+        current[K, E, least] += t[:, None]
+        loads[:, :, n] = current
+    return loads
 
 
 def _chain_dp(costs: list[tuple[int, np.ndarray]], blocks: int) -> np.ndarray:
