@@ -167,3 +167,24 @@ def test_the_cheap_bound_sees_whole_layers_in_the_longest_chunks(schedule, v, la
     beta = schedule_named(schedule).forward_bubble(2)
     mean_rule = c * a / 2 + beta * a / (3 * 2 * v) + np.asarray(program.G).min(axis=1).sum() / 2
     assert bound > mean_rule * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("schedule, v", CASES)
+@pytest.mark.parametrize("seed", range(6))
+def test_device_group_bound_with_several_blocks_per_chunk(schedule, v, seed):
+    """More blocks than chunks, where the v longest chunks hold whole blocks beyond the busiest group's share (the
+    bound's starting point, `split_group_bound`): still at most the oracle's optimum, and at least the floor."""
+    rng = np.random.default_rng(60_000 + seed)
+    P = 2
+    S = P * v
+    L = 2 + S + int(rng.integers(1, S + 1))
+    c = P * int(rng.integers(1, 3)) if schedule == ZERO_BUBBLE.name else 2 * P + int(rng.integers(0, 3))
+    memory = float(rng.uniform(20, 60)) if rng.random() < 0.6 else None
+    program = random_program(seed, layers=L, strategies=2, stages=P, micro_batches=c, runs=[1, L - 2, 1],
+                             memory=memory, schedule=schedule, virtual_stages=v)
+    floor = lower_bound(program)
+    bound = split_group_bound(program, floor)
+    assert bound >= floor
+    reference = solve_reference(program)
+    if reference is not None:
+        assert bound <= reference.objective * (1 + 1e-9)

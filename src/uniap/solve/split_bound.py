@@ -100,9 +100,18 @@ def split_group_bound(program: StageProgram, floor: float, cutoff: float | None 
         V = (T - sends - per_rest * work) / (1 - per_rest / c)
         return V if V <= c * work else T - sends
 
-    lo = 0.0
+    # Whole blocks: the S chunks hold the N blocks, so the v longest hold at least v·q + min(v, r) of them
+    # (q, r = divmod(N, S)), each at least the fastest block's time; 96 blocks in 64 chunks put two in the v
+    # longest, where the busiest group's share of the work is 1.5 per chunk.
+    fastest = float(np.where(ok, np.asarray(program.A, dtype=float), np.inf)[firsts[1]].min())
+    q, r = divmod(int(lengths[1]), S)
+    lo = c * fastest * (v * q + min(v, r))
     if floor == math.inf:
         return floor if cutoff is None else float(cutoff)
+    if cutoff is not None and total(lo) >= cutoff:
+        return float(cutoff)
+    if holds(lo):
+        return max(floor, total(lo)) if cutoff is None else min(max(floor, total(lo)), float(cutoff))
     if cutoff is not None:
         hi = contents_for(float(cutoff))
         if hi <= 0 or not holds(hi):
