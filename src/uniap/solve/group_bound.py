@@ -5,18 +5,21 @@ Under interleaving each device group runs its blocks under one strategy (solve.r
 for the first and last group, the strategy of the embedding or head. For a fixed slot B the TPI of
 solve.program is then bounded group by group:
 
-    Σ_d b_d + c·Σ_{j∈d} (p_j − b_d)⁺  ≥  min(B, M_d) + c·max(a_d − v·min(B, M_d), M_d − min(B, M_d), 0)
+    Σ_d b_d + c·Σ_{j∈d} (p_j − b_d)⁺  ≥  b + c·max(a_d − v·b, F_d·(M_d − b)),   b = min(B, M_d)
 
-with a_d ≤ the group's time (Σ of its layers' A) and M_d ≤ its largest chunk (whole blocks: at least ⌈n/v⌉ of
-them, or the embedding's chunk with what the other v − 1 chunks cannot hold, and at least a_d / v). Why: b_d lies
-in [min(B, largest chunk), B], the left side falls as b_d rises to the largest chunk, and the right side rises
-with a_d and M_d. The gradient sync enters as ω·g (max g ≥ Σ ω_d g_d, ω uniform or on one end), the sends as the
-P·v − 1 cheapest edges, resharding as 0. The block counts must add up: a min-plus convolution over the groups.
+with a_d ≤ the group's time (Σ of its layers' A), M_d ≤ its largest chunk (whole blocks: at least ⌈n/v⌉ of
+them, or the embedding's chunk with what the other v − 1 chunks cannot hold, and at least a_d / v; memory may
+force more) and F_d the chunks at M_d in the most even cut where memory forces no more (else 1): every cut has at
+least that cut's excess (`_balanced_loads`). Why: b_d lies in [min(B, largest chunk), B], the left side falls as
+b_d rises to the largest chunk, and the right side rises with a_d and M_d. The gradient sync enters as ω·g
+(max g ≥ Σ ω_d g_d, ω uniform or on one end), the sends as the P·v − 1 cheapest edges, resharding as 0. The block
+counts must add up: a min-plus convolution over the groups.
 
-As a function of B each group's bound is piecewise linear with breakpoints at M_d and (a_d − M_d)/(v − 1), so
-between breakpoints the DP's value is a minimum of linear functions (concave) and (c·v − 1)·B + DP(B) is least at
-a breakpoint, which `_least_over_slots` finds without trying them all. Memory: each group's bytes at the least
-micro-batches its chunks hold, its end layer's at the least of any strategy. The bound is about as strong as the
+As a function of B each group's bound is piecewise linear with breakpoints at M_d and where a_d − v·B meets
+F_d·(M_d − B) (`_breakpoints`), so between breakpoints the DP's value is a minimum of linear functions (concave)
+and (c·v − 1)·B + DP(B) is least at a breakpoint, which `_least_over_slots` finds without trying them all.
+Memory: each group's bytes at the least micro-batches its chunks hold, its end layer's at the least of any
+strategy. The bound is about as strong as the
 device-group MILP without edge counts (group_relaxation.py; within 0.1 % on real tables) and, with the
 incumbent as cut-off (counts whose time alone reaches it are dropped), 4–50× cheaper: 0.01–0.05 s on llama2-70b
 and GPT 1T candidates, so the UOP drops most losing interleaved candidates without a MILP.

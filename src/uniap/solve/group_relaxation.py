@@ -13,7 +13,8 @@ MILP keeps the first and only counts the second; per run r of identical layers (
   and a layout class a group uses is entered from outside it (no single-class closed walks);
 * a_d = Σ A·N + Σ R over its inner edges, o_d = Σ Rp over its boundaries, g_d = Σ G·N, H ≥ g_d; the slot
   terms of solve.program over the group's totals (`add_slot_constraint`);
-  memory Σ (Ms + inflight·Ma)·N ≤ capacity at the least in-flight count of the group's chunks;
+  memory Σ (Ms + inflight·Ma)·N ≤ capacity at the least in-flight count of the group's chunks, plus what the
+  least arrangement of a run over chunks of at most κ layers adds (`add_memory_constraint`);
 * objective Σ b + (c·v − 1)·B + c·Σ e + Σ o + H, the TPI of solve.program with each group's excess summed.
 
 Every plan maps to a point whose objective is at most its TPI, so the optimum is a lower bound on the program. What the
