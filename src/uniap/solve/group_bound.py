@@ -131,9 +131,9 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
 def _least_over_slots(slots: np.ndarray, value, slope: float, cutoff: float | None) -> tuple[float, float | None]:
     """A lower bound on min over the sorted `slots` of value(B) = slope·B + D(B), D non-increasing, and the slot
     that attains it (None where it is an interval's floor): exact unless it is below `cutoff` (then the search
-    stops at the first probe below it). On [slots[i], slots[j]] between
-    two probes, value ≥ slope·slots[i + 1] + D(slots[j]); an interval whose bound reaches the best probe (or the
-    cutoff) holds nothing lower, the others are probed again."""
+    stops at the first probe below it) or at least `cutoff` (then it is the cutoff). On [slots[i], slots[j]]
+    between two probes, value ≥ slope·slots[i + 1] + D(slots[j]); an interval whose bound reaches the best probe
+    or the cutoff holds nothing lower that matters, the others are probed again."""
     known = {0: float(value(slots[:1])[0])}
     if len(slots) > 1:
         known[len(slots) - 1] = float(value(slots[-1:])[0])
@@ -142,9 +142,11 @@ def _least_over_slots(slots: np.ndarray, value, slope: float, cutoff: float | No
         probed = sorted(known)
         floors = {(i, j): slope * (slots[i + 1] - slots[j]) + known[j]
                   for i, j in zip(probed[:-1], probed[1:]) if j > i + 1}
-        open_ = [key for key, floor in floors.items() if floor < best]
+        open_ = [key for key, floor in floors.items() if floor < (best if cutoff is None else min(best, cutoff))]
         if not open_ or (cutoff is not None and best < cutoff):
             least = min([best] + [floors[key] for key in open_])
+            if cutoff is not None and least >= cutoff:
+                return float(cutoff), None  # intervals above the cutoff were left unprobed
             return least, (float(slots[min(known, key=known.get)]) if least == best else None)
         share = max(2, PROBES // len(open_))
         picks = sorted({int(k) for i, j in open_ for k in np.linspace(i + 1, j - 1, min(j - i - 1, share))})
@@ -320,12 +322,12 @@ def _slot_values(B: np.ndarray, c: int, v: int, omega: float, a, M, g, penalty, 
     each over a slot below it (12 blocks in 7 chunks put 2 in five, each over a slot of 1.8 blocks, where
     a − v·b sees none over), and every cut has at least that cut's excess (`_balanced_loads`)."""
     b = np.minimum(B[:, None, None], M[None])
-    value = b * -float(v)
+    # b + c·max(a − v·b, F·(M − b)) = c·max(a − (v − F)·b, F·M) + (1 − c·F)·b, in place
+    value = b * (full - float(v))[None]
     value += a[None]
-    over = M[None] - b
-    over *= full[None]
-    np.maximum(value, over, out=value)
+    np.maximum(value, (full * M)[None], out=value)
     value *= c
+    b *= (1.0 - c * full)[None]
     value += b
     value += omega * g + penalty
     return value
