@@ -178,11 +178,11 @@ def test_whole_blocks_count_the_chunks_over_the_slot(monkeypatch):
     optimum, is never below the bound that counts one such chunk, and is above it on some chains."""
     import uniap.solve.group_bound as module
 
-    balanced = module._balanced_loads
+    most_even = module._most_even
 
     def one_largest(t, x, blocks, v):  # the same largest chunk, but only one chunk that large
-        loads = balanced(t, x, blocks, v)
-        return np.concatenate([loads.max(axis=3, keepdims=True), np.zeros(loads.shape[:3] + (v - 1,))], axis=3)
+        largest, count = most_even(t, x, blocks, v)
+        return largest, np.ones_like(count)
 
     tighter = 0
     for seed in range(40):
@@ -190,7 +190,7 @@ def test_whole_blocks_count_the_chunks_over_the_slot(monkeypatch):
         reduced = reduce_program(program, fold=True)
         counted = group_bound(program, reduced)
         with monkeypatch.context() as patch:
-            patch.setattr(module, "_balanced_loads", one_largest)
+            patch.setattr(module, "_most_even", one_largest)
             once = group_bound(program, reduced)
         reference = solve_reference(program)
         if reference is None:
@@ -201,24 +201,29 @@ def test_whole_blocks_count_the_chunks_over_the_slot(monkeypatch):
 
 
 @pytest.mark.parametrize("seed", range(10))
-def test_balanced_loads_are_the_most_even_cut(seed):
-    """The greedy cut of n identical blocks (and an end layer in the first chunk) has the least largest chunk and
-    the least Σ (l − b)⁺ at every slot b of any cut into v chunks (every cut majorises it)."""
+def test_most_even_cut(seed):
+    """Of every cut of n identical blocks (and an end layer in the first chunk) into v chunks, the greedy one has
+    the least largest chunk, with as many chunks that large as `_most_even` counts, and every cut's
+    Σ (l − b)⁺ is at least count·(largest − b) at every slot b below it."""
     from itertools import product
 
-    from uniap.solve.group_bound import _balanced_loads
+    from uniap.solve.group_bound import _most_even
 
     rng = np.random.default_rng(95_000 + seed)
     v, blocks = int(rng.integers(2, 5)), int(rng.integers(3, 9))
     t, x = rng.uniform(0.5, 2.0, 2), rng.uniform(0.0, 3.0, 2)
-    loads = _balanced_loads(t, x if seed % 2 else None, blocks, v)
-    for k, e, n in product(range(2), range(loads.shape[1]), range(blocks + 1)):
+    x[0] = 2 * t[0]  # an end layer of whole blocks: it takes its block level before the others
+    largest, count = _most_even(t, x if seed % 2 else None, blocks, v)
+    for k, e, n in product(range(2), range(largest.shape[1]), range(blocks + 1)):
         end = x[e] if seed % 2 else 0.0
         cuts = np.array([cut for cut in product(range(n + 1), repeat=v) if sum(cut) == n], dtype=float)
         times = cuts * t[k]
         times[:, 0] += end
-        assert loads[k, e, n].sum() == pytest.approx(n * t[k] + end)
-        assert loads[k, e, n].max() == pytest.approx(times.max(axis=1).min())
-        for b in np.linspace(0.0, times.max(), 7):
+        tops = times.max(axis=1)
+        assert largest[k, e, n] == pytest.approx(tops.min())
+        evenest = times[tops <= tops.min() * (1 + 1e-9)]  # the cuts with that largest: the greedy one has the
+        at = (evenest >= tops.min() * (1 - 1e-9)).sum(axis=1)  # fewest chunks that large
+        assert count[k, e, n] == at.min()
+        for b in np.linspace(0.0, tops.min(), 7):
             least = np.maximum(times - b, 0.0).sum(axis=1).min()
-            assert np.maximum(loads[k, e, n] - b, 0.0).sum() == pytest.approx(least)
+            assert count[k, e, n] * (largest[k, e, n] - b) <= least * (1 + 1e-9) + 1e-12

@@ -10,7 +10,7 @@ solve.program is then bounded group by group:
 with a_d ≤ the group's time (Σ of its layers' A), M_d ≤ its largest chunk (whole blocks: at least ⌈n/v⌉ of
 them, or the embedding's chunk with what the other v − 1 chunks cannot hold, and at least a_d / v; memory may
 force more) and F_d the chunks at M_d in the most even cut where memory forces no more (else 1): every cut has at
-least that cut's excess (`_balanced_loads`). Why: b_d lies in [min(B, largest chunk), B], the left side falls as
+least that cut's excess (`_most_even`). Why: b_d lies in [min(B, largest chunk), B], the left side falls as
 b_d rises to the largest chunk, and the right side rises with a_d and M_d. The gradient sync enters as ω·g
 (max g ≥ Σ ω_d g_d, ω uniform or on one end), the sends as the P·v − 1 cheapest edges, resharding as 0. The block
 counts must add up: a min-plus convolution over the groups.
@@ -157,7 +157,7 @@ def _least_over_slots(slots: np.ndarray, value, slope: float, cutoff: float | No
 def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind: str, blocks: int):
     """The choices of a group of `kind` (first, middle or last): its block strategy, and on the first and last
     group its end layer's strategy, against its block count n = 0..blocks: (a, M, g), each (choices, blocks + 1),
-    the largest chunk of the most even cut and how many chunks are that large (`_balanced_loads`),
+    the largest chunk of the most even cut and how many chunks are that large (`_most_even`),
     and memory(held), its least bytes given the micro-batches each of its chunks holds (inf where n is too few
     to give every chunk a layer), and per choice the rates a, M and g grow with (block and end layer times and
     syncs). `kept`: (A, G, Ms, Ma) of the embedding's, the blocks' and the head's
@@ -172,9 +172,7 @@ def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind
         x, xg, xm, xa, _ = kept[0] if kind == "first" else kept[2]
         end_chunk, at_least = (0 if kind == "first" else v - 1), v - 1  # the end layer's chunk may hold no block
     shape = (len(t), len(x), len(n))  # (block strategy, end strategy, n)
-    loads = _balanced_loads(t, x if end_chunk is not None else None, blocks, v)
-    even = loads.max(axis=3)  # the most even cut's largest chunk, and how many chunks are that large
-    full = (loads >= even[..., None] * (1 - 1e-12)).sum(axis=3)
+    even, full = _most_even(t, x if end_chunk is not None else None, blocks, v)
     a = t[:, None, None] * n + x[None, :, None]
     g = gk[:, None, None] * n + xg[None, :, None]
     if end_chunk is None:
@@ -320,7 +318,7 @@ def _slot_values(B: np.ndarray, c: int, v: int, omega: float, a, M, g, penalty, 
 
     F > 1 where memory forces no chunk beyond the most even cut's largest: whole blocks then put F chunks at it,
     each over a slot below it (12 blocks in 7 chunks put 2 in five, each over a slot of 1.8 blocks, where
-    a − v·b sees none over), and every cut has at least that cut's excess (`_balanced_loads`)."""
+    a − v·b sees none over), and every cut has at least that cut's excess (`_most_even`)."""
     b = np.minimum(B[:, None, None], M[None])
     # b + c·max(a − v·b, F·(M − b)) = c·max(a − (v − F)·b, F·M) + (1 − c·F)·b, in place
     value = b * (full - float(v))[None]
@@ -333,22 +331,35 @@ def _slot_values(B: np.ndarray, c: int, v: int, omega: float, a, M, g, penalty, 
     return value
 
 
-def _balanced_loads(t: np.ndarray, x: np.ndarray | None, blocks: int, v: int) -> np.ndarray:
-    """(K, E, blocks + 1, v): the chunk times of the most even cut of n = 0..blocks blocks of time t (per block
-    strategy) into v chunks, the first also holding an end layer of time x (per end strategy; None: a middle
-    group): each block in turn to the chunk that is least loaded. For identical blocks that greedy cut is
-    majorised by every other (it is optimal for every separable convex cost), so Σ_k (l_k − b)⁺ is least on it."""
-    ends = np.zeros(1) if x is None else x
-    loads = np.zeros((len(t), len(ends), blocks + 1, v))
-    current = np.zeros((len(t), len(ends), v))
-    current[:, :, 0] = ends[None, :]
-    loads[:, :, 0] = current
-    K, E = np.meshgrid(np.arange(len(t)), np.arange(len(ends)), indexing="ij")
-    for n in range(1, blocks + 1):
-        least = current.argmin(axis=2)
-        current[K, E, least] += t[:, None]
-        loads[:, :, n] = current
-    return loads
+def _most_even(t: np.ndarray, x: np.ndarray | None, blocks: int, v: int) -> tuple[np.ndarray, np.ndarray]:
+    """(K, E, blocks + 1) twice: the largest chunk time of the most even cut of n = 0..blocks blocks of time t (per
+    block strategy) into v chunks, the first also holding an end layer of time x (per end strategy; None: a
+    middle group), and how many of its chunks take that time. The cut: each block in turn to the least loaded
+    chunk (ties to the first). For identical blocks it is majorised by every other cut (the greedy is optimal for
+    every separable convex cost), so no cut has a smaller largest chunk and every cut's Σ_k (l_k − b)⁺ is at
+    least its own, at least count·(largest − b) below it (`_slot_values`).
+
+    Closed form: the greedy takes the n lowest starting levels, k·t in each of the other v − 1 chunks and x + k·t
+    in the first. Below ⌊x/t⌋·t only the others' levels lie; past it each span of t holds v of them, the first
+    chunk's last where x is not a whole number of blocks (first where it is). So the first chunk holds
+    m = ⌊n'/v⌋ (+1 if it leads and n' mod v > 0) of them, n' = n − (v − 1)·⌊x/t⌋ when positive, and the others
+    split n − m as evenly as whole blocks go."""
+    ends = np.zeros(1) if x is None else np.asarray(x, dtype=float)
+    T = np.asarray(t, dtype=float)[:, None, None]
+    X = ends[None, :, None]
+    n = np.arange(blocks + 1, dtype=float)[None, None, :]
+    timed = T > 0
+    step = np.where(timed, T, 1.0)
+    whole = np.floor(X / step * (1 + 1e-12))  # whole blocks' worth of the end layer
+    leads = np.abs(X - whole * step) <= 1e-12 * np.maximum(step, 1.0)  # x a whole number of blocks
+    later = np.maximum(n - (v - 1) * whole, 0.0)
+    m = np.where(timed, np.floor(later / v) + (leads & (later % v > 0)), 0.0)
+    q, r = np.floor((n - m) / (v - 1)), (n - m) % (v - 1)
+    first, other = X + m * T, (q + (r > 0)) * T  # the first chunk; the others' largest (r of them, or all)
+    largest = np.maximum(first, other)
+    at = largest * (1 - 1e-12)
+    count = (first >= at) + np.where(other >= at, np.where(r > 0, r, v - 1), 0)
+    return largest, count
 
 
 def _chain_dp(costs: list[tuple[int, np.ndarray]], blocks: int) -> np.ndarray:
