@@ -10,7 +10,9 @@ c·a_d + g_d ≤ T and their bytes within the capacity under each of their occup
 than one chunk per group a group runs its blocks under one strategy (solve.reduce), so the most it holds is read
 off each strategy; with one, it may mix them, and the most is a linear program with two rows (time and memory),
 whose optimum mixes at most two strategies, so it is read off every pair. The least T for which the groups hold
-the chain is found by bisection, and the lower end of the last bracket is taken.
+the chain is found by bisection, and the lower end of the last bracket is taken. The bisection starts from what
+whole blocks force: the v longest chunks hold at least v·q + min(v, r) of the N blocks (q, r = divmod(N, S)),
+each at least the fastest block's time.
 
 Added to it, what every plan pays beyond the groups' work: the bubble of the chunks beyond the v longest, which
 hold at least their share of the work the v longest do not; and κ times the least largest send, the (S − 1)-th
