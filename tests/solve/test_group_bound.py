@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from random_tables import model_chain, random_program
 
+import uniap.solve.group_bound as module
 from uniap.planner import Candidate, build_candidate
 from uniap.solve.backends import HighsBackend
 from uniap.solve.formulation import scale_of
@@ -55,27 +56,32 @@ def test_memory_forces_the_largest_chunk(monkeypatch):
     its largest chunk is at least what that cut forces (group_bound's bisection over κ): never above the
     oracle's optimum, never below the bound that lets memory and time each take their best cut, and above it
     on some tight-memory chains."""
-    import uniap.solve.group_bound as module
-
     least_held = module._least_held
 
     def uncapped(held, n, caps, end_cap, end_chunk):  # the old rule: memory at the least-held cut, whatever κ
         return least_held(held, n, n + 1e9, n + 1e9, end_chunk)
 
+    programs = [model_chain(seed, 70_000, (15, 45), extra_layers=5, rounds=4) for seed in range(60)]
+    assert _tighter_than(monkeypatch, programs, "_least_held", uncapped) >= 2  # 3 of the 50 that fit
+
+
+def _tighter_than(monkeypatch, programs, attribute: str, weaker) -> int:
+    """How many of `programs` (those with a plan) the group bound puts above the same bound with `attribute` of
+    solve.group_bound replaced by `weaker`; on every one, both are at most the oracle's optimum and the weaker is
+    never above."""
     tighter = 0
-    for seed in range(60):
-        program = model_chain(seed, 70_000, (15, 45), extra_layers=5, rounds=4)
+    for program in programs:
         reduced = reduce_program(program, fold=True)
-        reference = solve_reference(program)
-        forced = group_bound(program, reduced)
+        strong = group_bound(program, reduced)
         with monkeypatch.context() as patch:
-            patch.setattr(module, "_least_held", uncapped)
-            free = group_bound(program, reduced)
+            patch.setattr(module, attribute, weaker)
+            weak = group_bound(program, reduced)
+        reference = solve_reference(program)
         if reference is None:
             continue
-        assert free <= forced * (1 + 1e-12) and forced <= reference.objective * (1 + 1e-9)
-        tighter += forced > free * (1 + 1e-6)
-    assert tighter >= 2  # 3 of the 50 that fit
+        assert weak <= strong * (1 + 1e-12) and strong <= reference.objective * (1 + 1e-9)
+        tighter += strong > weak * (1 + 1e-6)
+    return tighter
 
 
 @pytest.mark.parametrize("seed", range(45))
@@ -177,28 +183,14 @@ def test_whole_blocks_count_the_chunks_over_the_slot(monkeypatch):
     """With more blocks than chunks, every cut of a group has at least as many chunks at its most even cut's
     largest as that cut does, each over a slot below it (`_slot_values`' F): the bound stays below the oracle's
     optimum, is never below the bound that counts one such chunk, and is above it on some chains."""
-    import uniap.solve.group_bound as module
-
     most_even = module._most_even
 
     def one_largest(t, x, blocks, v):  # the same largest chunk, but only one chunk that large
         largest, count = most_even(t, x, blocks, v)
         return largest, np.ones_like(count)
 
-    tighter = 0
-    for seed in range(40):
-        program = _several_blocks_per_chunk(seed)
-        reduced = reduce_program(program, fold=True)
-        counted = group_bound(program, reduced)
-        with monkeypatch.context() as patch:
-            patch.setattr(module, "_most_even", one_largest)
-            once = group_bound(program, reduced)
-        reference = solve_reference(program)
-        if reference is None:
-            continue
-        assert once <= counted * (1 + 1e-12) and counted <= reference.objective * (1 + 1e-9)
-        tighter += counted > once * (1 + 1e-6)
-    assert tighter >= 3  # 6 of the 32 that fit
+    programs = [_several_blocks_per_chunk(seed) for seed in range(40)]
+    assert _tighter_than(monkeypatch, programs, "_most_even", one_largest) >= 3  # 6 of the 32 that fit
 
 
 @pytest.mark.parametrize("seed", range(10))
