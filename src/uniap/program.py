@@ -68,6 +68,14 @@ class StageProgram:
         return np.asarray(self.inflight, dtype=float)[self.group_chunks]
 
     @property
+    def group_moments(self) -> np.ndarray:
+        """(P, n, v) micro-batches each chunk of each device group holds at once, per occupancy moment (`held`, or
+        the in-flight counts as the one moment where the program has none)."""
+        if self.held is not None:
+            return np.asarray(self.held, dtype=float)
+        return self.group_inflight[:, None, :]
+
+    @property
     def pipeline_degree(self) -> int:
         """Device groups of the pipeline: stages / virtual_stages."""
         return self.stages // self.virtual_stages

@@ -535,9 +535,8 @@ def _chain(program: StageProgram, reduced: Reduced, counts: list[np.ndarray], mo
             edges = [0, *sorted(cuts), len(labels)]
         pieces.append([labels[a:b] for a, b in zip(edges[:-1], edges[1:])])
         if cut in ("memory", "alone"):
-            patterns = program.group_inflight[d][None] if program.held is None else np.asarray(program.held[d])
             Ma = {label: float(reduced.Ma[runs[label[0]].first, label[2]]) for label in labels}
-            pieces[d] = _least_held_order(pieces[d], patterns, Ma)
+            pieces[d] = _least_held_order(pieces[d], program.group_moments[d], Ma)
     chain = [(k * P + d, label) for k in range(v) for d in range(P) for label in pieces[d][k]]
     run_at = np.repeat(np.arange(len(runs)), [run.length for run in runs])
     if len(chain) != L or any(label[0] != run_at[u] for u, (_, label) in enumerate(chain)):

@@ -52,7 +52,7 @@ def split_group_bound(program: StageProgram, floor: float, cutoff: float | None 
         return None if relaxed is None else split_group_bound(relaxed, floor, cutoff)
     P, v, c, S = program.pipeline_degree, program.virtual_stages, program.micro_batches, program.stages
     cap = float(program.memory_capacity) * (1 + MEMORY_RTOL)
-    held = _patterns(program)
+    held = program.group_moments
     hops = split_send_hops(program)
     ok = np.asarray(program.allowed)
     keep = [np.flatnonzero(ok[u]) for u in firsts]
@@ -89,7 +89,8 @@ def split_group_bound(program: StageProgram, floor: float, cutoff: float | None 
     # the bubble is at least β·F_{v+1}, and the chunks beyond the v longest hold the rest of the chain's work, so
     # the (v+1)-th longest holds at least its share of it
     beta = schedule_named(program.split_schedule).forward_bubble(P)
-    work = float(np.where(ok, np.asarray(program.A, dtype=float), np.inf)[firsts].min(axis=1) @ lengths)
+    fastest = np.where(ok, np.asarray(program.A, dtype=float), np.inf)[firsts].min(axis=1)  # per distinct row
+    work = float(fastest @ lengths)
     per_rest = beta * FORWARD_SHARE / max(S - v, 1)
     sends = hops * floor_send
 
@@ -105,9 +106,8 @@ def split_group_bound(program: StageProgram, floor: float, cutoff: float | None 
     # Whole blocks: the S chunks hold the N blocks, so the v longest hold at least v·q + min(v, r) of them
     # (q, r = divmod(N, S)), each at least the fastest block's time; 96 blocks in 64 chunks put two in the v
     # longest, where the busiest group's share of the work is 1.5 per chunk.
-    fastest = float(np.where(ok, np.asarray(program.A, dtype=float), np.inf)[firsts[1]].min())
     q, r = divmod(int(lengths[1]), S)
-    lo = c * fastest * (v * q + min(v, r))
+    lo = c * float(fastest[1]) * (v * q + min(v, r))
     if floor == math.inf:
         return floor if cutoff is None else float(cutoff)
     if cutoff is not None and total(lo) >= cutoff:
@@ -129,14 +129,6 @@ def split_group_bound(program: StageProgram, floor: float, cutoff: float | None 
         lo, hi = (lo, mid) if holds(mid) else (mid, hi)
     bound = max(floor, total(lo))
     return bound if cutoff is None else min(bound, float(cutoff))
-
-
-def _patterns(program: StageProgram) -> np.ndarray:
-    """(P, n, v) micro-batches each chunk of each device group holds at once, per occupancy pattern (the
-    program's `held`, or its in-flight counts as one pattern)."""
-    if program.held is not None:
-        return np.asarray(program.held, dtype=float)
-    return program.group_inflight[:, None, :]
 
 
 class Group:
