@@ -80,7 +80,7 @@ def plan(model, *, cluster: str, global_batch: int, seq_len: int | None = None, 
 
     `model`: a zoo name, a config.json path, a `transformers` config or `PreTrainedModel` (its config is planned
     and carried in the plan, so that `uniap run --impl transformers` can build the class). `schedule`:
-    "default" searches 1F1B, interleaved 1F1B and zero bubble together; "all" adds ZBV and DualPipeV;
+    "default" (or "all") searches 1F1B, interleaved 1F1B, zero bubble, ZBV and DualPipeV together;
     "interleaved-1f1b" the first two; a schedule's name that schedule alone. `progress(done,
     total, best_time_s)` is called as candidates finish. Bad input raises `uniap.UniapError` with one line."""
     from uniap.planner import MAX_VIRTUAL_STAGES, plan_search

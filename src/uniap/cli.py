@@ -219,8 +219,8 @@ def plan(
     seq_len: Optional[int] = SEQ,
     precision: Optional[Precision] = PREC,
     schedule: Search = typer.Option(Search["default"], "--schedule", help="Pipeline schedules searched: default "
-                                    "searches 1f1b, interleaved-1f1b and zero-bubble together; all adds the V "
-                                    "schedules (zero-bubble-v, dualpipe-v); interleaved-1f1b searches it with 1f1b; "
+                                    "(or all) searches 1f1b, interleaved-1f1b, zero-bubble and the V schedules "
+                                    "(zero-bubble-v, dualpipe-v) together; interleaved-1f1b searches it with 1f1b; "
                                     "a schedule's name that schedule alone."),
     max_virtual_stages: int = typer.Option(MAX_VIRTUAL_STAGES, "--max-virtual-stages", help="Most chunks per stage "
                                            "the interleaved search tries."),

@@ -162,11 +162,12 @@ def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, s
                 max_cp: int | None = None) -> Plan:
     """The best plan over all pipeline configurations, with the search facts the plan contract carries.
 
-    `schedule` names a search (`SEARCHES`): "default" searches 1F1B, interleaved 1F1B (v = 2..max_virtual_stages)
-    and zero bubble (v = 1..max_virtual_stages) together; "all" adds the V schedules (ZBV, DualPipeV: v = 2);
-    "interleaved-1f1b" the first two; any schedule's name that schedule alone. Interleaved 1F1B programs are
-    bounded and solved by device group first (solve.group_bound, solve.group_relaxation); zero-bubble ones by
-    their device-group contents (solve.split_bound), then their chunk MILP."""
+    `schedule` names a search (`SEARCHES`): "default" (or "all") searches 1F1B, interleaved 1F1B (v =
+    2..max_virtual_stages), zero bubble (v = 1..max_virtual_stages) and the V schedules (ZBV, DualPipeV: v = 2)
+    together; "interleaved-1f1b" the first two; any schedule's name that schedule alone. Interleaved 1F1B
+    programs are bounded and solved by device group first (solve.group_bound, solve.group_relaxation);
+    zero-bubble ones by their device-group contents (solve.split_bound) and whole blocks over a level
+    (solve.group_bound), then their chunk MILP."""
     check_time_limit(time_limit)
     schedules = searched_schedules(schedule)
     if solver == "scip" and any(schedule_named(s).interleaved for s in schedules):

@@ -87,11 +87,6 @@ class Schedule:
         event simulation to it). None for a schedule that does not split it."""
         return ()
 
-    def forward_bubble(self, stages: int) -> float:
-        """β: the bubble is at least β·F whatever I and W (the largest F coefficient of a piece that rises with
-        both), which the solver's bounds take."""
-        return max((a for a, b, d in self.bubble(stages) if b >= 0 and d >= 0), default=0.0)
-
     def order_arrays(self, stage: int, stages: int, micro_batches: int, virtual_stages: int = 1
                      ) -> tuple[np.ndarray, np.ndarray]:
         """`order` as two arrays, its kinds (one letter each) and its chunks: what the activation counts read."""
@@ -276,7 +271,10 @@ class VShaped(Schedule):
         return chunk if chunk < stages else 2 * stages - 1 - chunk
 
     def bounded_rounds(self, stages: int, micro_batches: int) -> int:
-        return micro_batches  # no prefix of the order is known to reach every occupancy: walk it all
+        """2P: from c = 2P on, the warm-up and the drain do not depend on c, and each step of the steady state
+        leaves every chunk holding what it held before it, so c = 2P passes through every occupancy a longer run
+        does (tests/solve/test_schedules.py compares them up to c = 6P)."""
+        return min(micro_batches, 2 * stages)
 
 
 @dataclass(frozen=True)
@@ -424,12 +422,13 @@ INTERLEAVED = INTERLEAVED_1F1B.name
 
 
 DEFAULT = "default"
-"""The default search: 1F1B, interleaved 1F1B and zero bubble (ZB1P, v ≥ 1) together. The V schedules (ZBV,
-DualPipeV) are searched by name or with "all": their device-group bound is weak (a group's two chunks may hold
-its blocks unevenly, which memory rewards and the bound does not charge), so each promising V candidate needs
-its chunk MILP (llama2-70b on 64 A100: 1.3–2.2 s each; the search takes 5.7 s with them, 2.3 s without)."""
+"""The default search: every schedule the solver prices, 1F1B, interleaved 1F1B (v ≥ 2), zero bubble (ZB1P,
+v ≥ 1) and the V schedules (ZBV, DualPipeV: v = 2) together ("all" is the same search, the name it had while
+the V schedules were left out). Each zero-bubble candidate is bounded by its device groups before any MILP
+(solve.split_bound, and solve.group_bound's whole blocks over a level): on llama2-70b on 64 A100 the V schedules
+add 0.1 s to a 1.4 s search, where each needed its chunk MILP (0.3 s) before the second bound."""
 SEARCHES: dict[str, tuple[str, ...]] = {
-    DEFAULT: ("1f1b", INTERLEAVED, ZERO_BUBBLE.name),
+    DEFAULT: ("1f1b", INTERLEAVED, ZERO_BUBBLE.name, ZERO_BUBBLE_V.name, DUALPIPE_V.name),
     "all": ("1f1b", INTERLEAVED, ZERO_BUBBLE.name, ZERO_BUBBLE_V.name, DUALPIPE_V.name),
     **{name: ("1f1b", INTERLEAVED) if name == INTERLEAVED else (name,) for name in SCHEDULES}}
 """What `plan --schedule` searches: each name → the schedules whose candidates it solves."""

@@ -58,8 +58,8 @@ def test_memory_forces_the_largest_chunk(monkeypatch):
     on some tight-memory chains."""
     least_held = module._least_held
 
-    def uncapped(held, n, caps, end_cap, end_chunk):  # the old rule: memory at the least-held cut, whatever κ
-        return least_held(held, n, n + 1e9, n + 1e9, end_chunk)
+    def uncapped(held, n, caps, end_cap, end_chunk, empty):  # the old rule: memory at the least-held cut, whatever κ
+        return least_held(held, n, n + 1e9, n + 1e9, end_chunk, empty)
 
     programs = [model_chain(seed, 70_000, (15, 45), extra_layers=5, rounds=4) for seed in range(60)]
     assert _tighter_than(monkeypatch, programs, "_least_held", uncapped) >= 2  # 3 of the 50 that fit

@@ -7,7 +7,7 @@ from torch.distributed.pipelining import schedules as torch_schedules
 
 from uniap.errors import UniapError
 from uniap.schedules import DUALPIPE_V, INTERLEAVED_1F1B, SCHEDULES, ZERO_BUBBLE, ZERO_BUBBLE_V, Schedule, VShaped, \
-    exported_schedules, schedule_named, simulate_order
+    _stage_occupancy, exported_schedules, schedule_named, simulate_order
 
 KIND = {"FORWARD": "F", "FULL_BACKWARD": "B", "BACKWARD_INPUT": "I", "BACKWARD_WEIGHT": "W"}
 
@@ -129,3 +129,15 @@ def test_order_arrays_are_the_order(schedule):
                 ops = schedule.order(stage, P, c, v)
                 kinds, chunks = schedule.order_arrays(stage, P, c, v)
                 assert kinds.tolist() == [k for k, _, _ in ops] and chunks.tolist() == [j for _, j, _ in ops]
+
+
+@pytest.mark.parametrize("schedule", [ZERO_BUBBLE_V, DUALPIPE_V], ids=lambda s: s.name)
+@pytest.mark.parametrize("P", [2, 3, 4, 5, 8, 13])
+def test_v_shaped_occupancy_is_reached_by_2p_micro_batches(schedule, P):
+    """`bounded_rounds`: the activation counts read off 2P micro-batches are what walking all c gives."""
+    rounds = schedule.bounded_rounds(P, 6 * P)
+    assert rounds == 2 * P
+    for c in range(2 * P, 6 * P + 2):
+        for stage in range(P):
+            assert _stage_occupancy(schedule.name, stage, P, c, 2) == _stage_occupancy(schedule.name, stage, P,
+                                                                                        rounds, 2)

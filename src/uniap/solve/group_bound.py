@@ -1,4 +1,5 @@
-"""A lower bound on an interleaved program by dynamic programming over its device groups, in hundredths of a second.
+"""A lower bound on an interleaved or zero-bubble program by dynamic programming over its device groups, in
+hundredths of a second.
 
 Under interleaving each device group runs its blocks under one strategy (solve.reduce), so for the usual chain
 (an embedding, a run of identical blocks, a head) a group is described by its strategy s, its block count n and,
@@ -15,6 +16,16 @@ b_d rises to the largest chunk, and the right side rises with a_d and M_d. The g
 (max g ≥ Σ ω_d g_d, ω uniform or on one end), the sends as the P·v − 1 cheapest edges, resharding as 0. The block
 counts must add up: a min-plus convolution over the groups.
 
+A split backward (zero bubble, ZBV, DualPipeV) is bounded the same way. Its TPI (solve.program.
+split_backward_tpi) is at least c times its v longest chunks X = min over B of v·B + Σ_j (p_j − B)⁺ (a chunk's
+excess over B = F̂ + Î + Ŵ is at most the sum of its passes' excesses over their levels), with no b_d of each
+group's own, plus its bubble, at least ρ·p_{v+1} ≥ ρ·(Σ_j p_j − X)/(S − v) (`_pricing`), κ times the largest
+send (at least the (S − 1)-th least edge) and the sync. Under a V the first group holds both ends: the head is
+priced at its least time, sync and bytes, with no place in the cut. On llama2-70b's ZBV pp8 c = 128 candidate it
+gives 79.89 s against an optimum of 79.94 s, where the bound by contents (solve.split_bound), which charges a
+group its work but not how it falls into chunks, gives 78.05 s: there memory rewards putting the first group's
+blocks in its second chunk, which holds one micro-batch.
+
 As a function of B each group's bound is piecewise linear with breakpoints at M_d and where a_d − v·B meets
 F_d·(M_d − B) (`_breakpoints`), so between breakpoints the DP's value is a minimum of linear functions (concave)
 and (c·v − 1)·B + DP(B) is least at a breakpoint, which `_least_over_slots` finds without trying them all.
@@ -28,11 +39,12 @@ and GPT 1T candidates, so the UOP drops most losing interleaved candidates witho
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
 from uniap.program import StageProgram
-from uniap.solve.program import MEMORY_RTOL, least_sends
+from uniap.solve.program import MEMORY_RTOL, bubble_terms, least_largest_send, least_sends, split_send_hops
 from uniap.solve.one_block import one_block_relaxation
 from uniap.solve.reduce import Reduced, reduce_program, undominated
 
@@ -41,17 +53,17 @@ PROBES = 24
 
 
 def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = None, contents: bool = False):
-    """A lower bound on the TPI of every plan of the interleaved `program`, math.inf if none fits. It reads a
-    chain of an embedding, one run of identical blocks and a head; a chain with blocks of several kinds is bounded
-    on its one-block relaxation (solve.one_block), whose contents are not the program's (counts None); None for
-    a program of one chunk per group.
+    """A lower bound on the TPI of every plan of the interleaved or zero-bubble `program`, math.inf if none fits.
+    It reads a chain of an embedding, one run of identical blocks and a head; a chain with blocks of several kinds
+    is bounded on its one-block relaxation (solve.one_block), whose contents are not the program's (counts None);
+    None for a program of one chunk per group.
 
     The breakpoints are searched by interval: DP(B) never rises with B, so on [B_i, B_j] the bound is at least
-    (c·v − 1)·B_i + DP(B_j); intervals that cannot go below the best value found (or the `cutoff`) are dropped,
+    slope·B_i + DP(B_j) (`Pricing`); intervals that cannot go below the best value found (or the `cutoff`) are dropped,
     the others probed again. With a `cutoff`, returns as soon as some slot value shows the bound is below it
     (what it returns is then still a valid bound, below the cutoff).
 
-    `contents` (without a cutoff): returns (bound, counts), counts the group contents where the bound is
+    `contents` (interleaved 1F1B, without a cutoff): returns (bound, counts), counts the group contents where the bound is
     attained (per run, (P, K_r) layers over the run's kept strategies, as GroupRelaxation.contents), or None: a
     plan holding them (group_relaxation.chain_plan) that reaches the bound is optimal with no MILP at all. The
     bound prices no resharding, so where an end layer of them reshards from its group's blocks a plan reaches it
@@ -61,6 +73,8 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
     P, v, c = program.pipeline_degree, program.virtual_stages, program.micro_batches
     if v < 2:
         return None
+    split = program.split_schedule is not None
+    pricing = _pricing(program)
     if len(runs) != 3 or runs[0].length != 1 or runs[2].length != 1:
         relaxed = one_block_relaxation(program)
         if relaxed is None:
@@ -69,20 +83,23 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
         return (bound, None) if contents else bound
     blocks = runs[1].length
     kept = [_kept(reduced, run, end=r != 1) for r, run in enumerate(runs)]
-    kinds = {kind: _group_terms(program, kept, kind, blocks) for kind in ("first", "middle", "last")}
-    sends = least_sends(program, np.asarray(program.allowed))
+    ends = program.chunk_groups[[0, program.stages - 1]]  # the groups of the embedding's and the head's chunks
+    kind_of = ["both" if d == ends[0] == ends[1] else "first" if d == ends[0] else "last" if d == ends[1]
+               else "middle" for d in range(P)]
+    kinds = {kind: _group_terms(program, kept, kind, blocks) for kind in set(kind_of)}
+    sends = _least_sends(program)
     groups = []  # per group: ((its kind, its profile), a, M, g, what fits it), each (choices, blocks + 1)
     choices = []  # per group: the indices of its kept choices among its kind's
     kept_of: dict[tuple, tuple] = {}  # groups of one kind whose M and counts that fit agree keep the same
     capacity = float(program.memory_capacity) * (1 + MEMORY_RTOL)
-    for d in range(P):
-        kind = "first" if d == 0 else "last" if d == P - 1 else "middle"
+    for d, kind in enumerate(kind_of):
         a, time_bound, g, even_largest, full, largest, rates, byte_rates = kinds[kind]
         M = largest(program.group_inflight[d], capacity)  # inf where the group's bytes fit no cut into chunks
         fits = np.isfinite(M)
         if cutoff is not None:
-            # Whatever B, (c·v − 1)·B + the group's term ≥ c·a (B < M: B + c·(a − v·B); else c·v·M ≥ c·a): a
-            # count whose time alone reaches the cut-off is dropped, and the bound is then capped at it.
+            # Whatever B, the slope times B plus the group's term ≥ c·a (B < M: own·B + rate·(a − v·B) + spread·a;
+            # else rate·v·M + spread·a ≥ c·a): a count whose time alone reaches the cut-off is dropped, and the
+            # bound is then capped at it.
             fits = fits & (c * a + sends < cutoff)
         key = (kind, fits.tobytes(), M.tobytes())
         if key not in kept_of:
@@ -114,19 +131,30 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
             for x, (profile, *_), window in zip(w, groups, windows):
                 key = (profile, float(x))  # groups of one profile (kind, M, what fits) cost the same
                 if key not in alike:
-                    alike[key] = _slot_cost(B, c, v, x, *window[:6])
+                    alike[key] = _slot_cost(B, v, x, pricing, *window[:6])
                 costs.append(alike[key])
-            return (c * v - 1) * B + _chain_dp(costs, blocks) + sends
-        least, slot = _least_over_slots(slots, value, c * v - 1, None if cutoff is None else max(cutoff, best))
+            return pricing.slope(v) * B + _chain_dp(costs, blocks) + sends
+        least, slot = _least_over_slots(slots, value, pricing.slope(v),
+                                        None if cutoff is None else max(cutoff, best))
         if least > best:
             best, best_at = least, (omega, slot)
         if cutoff is not None and best >= cutoff:
             break
     if contents:
-        at = None if cutoff is not None or best_at is None or best_at[1] is None else \
+        at = None if cutoff is not None or best_at is None or best_at[1] is None or split else \
             _contents(program, reduced, kept, groups, choices, windows, blocks, *best_at)
         return best, at
     return best if cutoff is None else min(best, float(cutoff))
+
+
+def _least_sends(program: StageProgram) -> float:
+    """What every plan pays in sends: under interleaved 1F1B each of the S − 1 boundaries, at least the S − 1
+    cheapest edges; under a split backward κ times the largest, at least the (S − 1)-th least edge
+    (solve.program.split_backward_tpi), less the sends the bubble's piece may take back (`_pricing`)."""
+    ok = np.asarray(program.allowed)
+    if program.split_schedule is None:
+        return least_sends(program, ok)
+    return max(split_send_hops(program) - bubble_terms(program).sends, 0) * least_largest_send(program, ok)
 
 
 def _least_over_slots(slots: np.ndarray, value, slope: float, cutoff: float | None) -> tuple[float, float | None]:
@@ -156,26 +184,36 @@ def _least_over_slots(slots: np.ndarray, value, slope: float, cutoff: float | No
 
 
 def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind: str, blocks: int):
-    """The choices of a group of `kind` (first, middle or last): its block strategy, and on the first and last
-    group its end layer's strategy, against its block count n = 0..blocks: (a, M, g), each (choices, blocks + 1),
+    """The choices of a group of `kind` (first, middle, last, or both: the embedding's and the head's, as under
+    a V): its block strategy, and on the first and last group its end layer's strategy, against its block count
+    n = 0..blocks: (a, M, g), each (choices, blocks + 1),
     the largest chunk of the most even cut and how many chunks are that large (`_most_even`),
     and memory(held), its least bytes given the micro-batches each of its chunks holds (inf where n is too few
     to give every chunk a layer), and per choice the rates a, M and g grow with (block and end layer times and
     syncs). `kept`: (A, G, Ms, Ma) of the embedding's, the blocks' and the head's
-    undominated strategies."""
+    undominated strategies.
+
+    Both ends (the embedding in its first chunk, the head in its last): the embedding is priced as on the first
+    group, and the head at its least time, sync and bytes with no place in the cut, which only lowers the
+    largest chunk and the bytes (its chunk, like the embedding's, may hold no block)."""
     v = program.virtual_stages
     n = np.arange(blocks + 1, dtype=float)
     t, gk, ms, ma, _ = kept[1]
+    head = (0.0, 0.0, 0.0, 0.0)  # (time, sync, static and activation bytes) beside the end layer, on "both"
+    empty = ()  # chunks that may hold no block
     if kind == "middle":
         x = xg = xm = xa = np.zeros(1)
-        end_chunk, at_least = None, v  # every chunk holds a block
+        end_chunk = None
     else:
-        x, xg, xm, xa, _ = kept[0] if kind == "first" else kept[2]
-        end_chunk, at_least = (0 if kind == "first" else v - 1), v - 1  # the end layer's chunk may hold no block
+        x, xg, xm, xa, _ = kept[2] if kind == "last" else kept[0]
+        end_chunk = v - 1 if kind == "last" else 0  # the end layer's chunk may hold no block
+        if kind == "both":
+            head, empty = tuple(float(table.min()) for table in kept[2][:4]), (v - 1,)
+    at_least = v - (end_chunk is not None) - len(empty)  # chunks that hold a block
     shape = (len(t), len(x), len(n))  # (block strategy, end strategy, n)
     even, full = _most_even(t, x if end_chunk is not None else None, blocks, v)
-    a = t[:, None, None] * n + x[None, :, None]
-    g = gk[:, None, None] * n + xg[None, :, None]
+    a = t[:, None, None] * n + x[None, :, None] + head[0]
+    g = gk[:, None, None] * n + xg[None, :, None] + head[1]
     if end_chunk is None:
         largest = np.broadcast_to(np.ceil(n / v) * t[:, None, None], shape)
     else:
@@ -186,7 +224,7 @@ def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind
     T, X, N, Xa, M = (np.broadcast_to(arr, shape).ravel() for arr in (t[:, None, None], x[None, :, None], n,
                                                                       xa[None, :, None], largest))
     Ma = np.broadcast_to(ma[:, None, None], shape).ravel()
-    static = (ms[:, None, None] * n + xm[None, :, None]).ravel()
+    static = (ms[:, None, None] * n + xm[None, :, None] + head[2]).ravel()
     timed = T > 0  # blocks that take no time are capped by nothing
     step = np.where(timed, T, 1.0)
     spare = np.where(timed, np.ceil(X / step - 1e-9), 0.0)  # blocks' worth of the end layer's time
@@ -205,8 +243,8 @@ def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind
         def fits(kappa, at):
             caps = np.where(timed[at], kappa, N[at])
             end_cap = np.where(timed[at], kappa - spare[at], N[at])
-            least = _least_held(held, N[at], caps, end_cap, end_chunk)
-            end = 0.0 if end_chunk is None else held[end_chunk] * Xa[at]
+            least = _least_held(held, N[at], caps, end_cap, end_chunk, empty)
+            end = 0.0 if end_chunk is None else held[end_chunk] * Xa[at] + held[v - 1] * head[3]
             return static[at] + Ma[at] * least + end <= capacity
 
         hi, lo = top.copy(), within.copy()
@@ -238,10 +276,12 @@ def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind
 
 
 def _least_held(held: np.ndarray, n: np.ndarray, caps: np.ndarray, end_cap: np.ndarray,
-                end_chunk: int | None) -> np.ndarray:
+                end_chunk: int | None, empty: tuple[int, ...] = ()) -> np.ndarray:
     """The least Σ_k held_k·n_k over block counts n_k per chunk adding up to n, each chunk at least one block
-    (the end layer's chunk at least none) and at most `caps` (the end layer's `end_cap`); inf where none does."""
+    (the end layer's chunk and those in `empty` at least none) and at most `caps` (the end layer's `end_cap`);
+    inf where none does."""
     least = np.ones(len(held))
+    least[list(empty)] = 0.0
     if end_chunk is not None:
         least[end_chunk] = 0.0
     total = np.full(n.shape, float(held @ least))
@@ -307,28 +347,62 @@ def _breakpoints(v: int, a, M, g, fits, full) -> np.ndarray:
     return np.concatenate([M[fits], np.maximum(meet[fits & (full < v)], 0.0)])
 
 
-def _slot_cost(B: np.ndarray, c: int, v: int, omega: float, lo: int, a, M, g, penalty, full) -> tuple[int, np.ndarray]:
+class Pricing(NamedTuple):
+    """How a schedule prices a device group at slot B: own·b + rate·(its chunks' excess over b) + spread·a."""
+
+    rate: float
+    """Per unit of excess: c, less a split backward's `spread` and σ/v (solve.program.bubble_terms)."""
+    own: float
+    """1 under interleaved 1F1B (each group's own slot b_d), 0 under a split backward."""
+    spread: float
+    """Per unit of a group's time: a split backward's bubble over the chunks beyond the v longest
+    (solve.program.bubble_terms: ρ / (S − v)); 0 under interleaved 1F1B."""
+
+    def slope(self, v: int) -> float:
+        """Of the bound in B: rate·v − own."""
+        return self.rate * v - self.own
+
+
+def _pricing(program: StageProgram) -> Pricing:
+    """Interleaved 1F1B: Σ_d b_d + (c·v − 1)·B + c·Σ_j (p_j − b_d)⁺. A split backward: c times its v longest
+    chunks X plus the bubble, at least ρ·p_{v+1} − σ·p_v ≥ ρ·(Σ_d a_d − X)/(S − v) − σ·X/v
+    (solve.program.bubble_terms); X = min over B of v·B + Σ_j (p_j − B)⁺, so (c − σ/v − β)·(v·B + Σ_j (p_j −
+    B)⁺) + β·Σ_d a_d with β = ρ/(S − v) bounds it at every B (bubble_terms keeps c − σ/v − β > 0)."""
+    c = program.micro_batches
+    if program.split_schedule is None:
+        return Pricing(float(c), 1.0, 0.0)
+    bubble = bubble_terms(program)
+    spread = bubble.following / max(program.stages - program.virtual_stages, 1)
+    return Pricing(c - bubble.longest / program.virtual_stages - spread, 0.0, spread)
+
+
+def _slot_cost(B: np.ndarray, v: int, omega: float, pricing: Pricing, lo: int, a, M, g, penalty,
+               full) -> tuple[int, np.ndarray]:
     """(first block count, (len(B), counts)): the least bound of the group over its choices, at each slot B and
     each block count it can hold (its `_window`: outside it nothing fits)."""
-    return lo, _slot_values(B, c, v, omega, a, M, g, penalty, full).min(axis=1)
+    return lo, _slot_values(B, v, omega, pricing, a, M, g, penalty, full).min(axis=1)
 
 
-def _slot_values(B: np.ndarray, c: int, v: int, omega: float, a, M, g, penalty, full) -> np.ndarray:
-    """(len(B), choices, counts): the group's bound under each choice, b + c·max(a − v·b, F·(M − b)) + ω·g with
-    b = min(B, M), M a least largest chunk and F chunks at least that large in every cut (`_slot_cost`).
+def _slot_values(B: np.ndarray, v: int, omega: float, pricing: Pricing, a, M, g, penalty, full) -> np.ndarray:
+    """(len(B), choices, counts): the group's bound under each choice, own·b + rate·max(a − v·b, F·(M − b)) +
+    spread·a + ω·g (`Pricing`; interleaved 1F1B: b + c·max(…) + ω·g) with b = min(B, M), M a least largest chunk
+    and F chunks at least that large in every cut (`_slot_cost`).
 
     F > 1 where memory forces no chunk beyond the most even cut's largest: whole blocks then put F chunks at it,
     each over a slot below it (12 blocks in 7 chunks put 2 in five, each over a slot of 1.8 blocks, where
     a − v·b sees none over), and every cut has at least that cut's excess (`_most_even`)."""
+    rate, own, spread = pricing
     b = np.minimum(B[:, None, None], M[None])
-    # b + c·max(a − v·b, F·(M − b)) = c·max(a − (v − F)·b, F·M) + (1 − c·F)·b, in place
+    # own·b + rate·max(a − v·b, F·(M − b)) = rate·max(a − (v − F)·b, F·M) + (own − rate·F)·b, in place
     value = b * (full - float(v))[None]
     value += a[None]
     np.maximum(value, (full * M)[None], out=value)
-    value *= c
-    b *= (1.0 - c * full)[None]
+    value *= rate
+    b *= (own - rate * full)[None]
     value += b
     value += omega * g + penalty
+    if spread:
+        value += spread * a
     return value
 
 
@@ -391,11 +465,11 @@ def _contents(program: StageProgram, reduced: Reduced, kept, groups, choices, wi
     """The group contents where the bound is least at slot B (weights `omega`): each group's block count and
     choice, backtracked through the chain DP; per run, counts over its kept strategies (None if the DP is
     empty)."""
-    P, v, c = program.pipeline_degree, program.virtual_stages, program.micro_batches
+    P, v = program.pipeline_degree, program.virtual_stages
     F = np.zeros(1)  # F[n]: the least cost of the groups so far holding n blocks
     picks = []
     for x, (lo, *window, rows) in zip(omega, windows):
-        values = _slot_values(np.array([B]), c, v, float(x), *window)[0]  # (choices, counts)
+        values = _slot_values(np.array([B]), v, float(x), _pricing(program), *window)[0]  # (choices, counts)
         cost, choice = values.min(axis=0), values.argmin(axis=0)
         n = np.arange(min(len(F) + lo + len(cost) - 1, blocks + 1))
         before = n[:, None] - lo - np.arange(len(cost))[None, :]  # what the groups before hold

@@ -167,6 +167,10 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
         # the "bound" phase the candidate then waits in the queue with it
         by_contents = split_group_bound(program, bound, cutoff)
         bound = bound if by_contents is None else max(bound, by_contents)
+        if program.virtual_stages > 1 and (cutoff is None or bound < cutoff):
+            # whole blocks per chunk over a level (~0.02 s), where the contents' bound charges only the work
+            by_group = group_bound(program, folded(), cutoff)
+            bound = bound if by_group is None else max(bound, by_group)
         if phase == "bound" and by_contents is not None and (cutoff is None or bound < cutoff) \
                 and bound < math.inf:
             return Outcome(None, "deferred", bound, "bound")

@@ -34,6 +34,7 @@ import functools
 import itertools
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -388,11 +389,10 @@ def lower_bound(program: StageProgram) -> float:
     sync = float(row_min(program.G) @ count) / P
     memory = Ms + infl.min() * Ma
     if program.split_schedule is not None:
-        beta = schedule_named(program.split_schedule).forward_bubble(P)
         # the v chunks holding the most layers of one kind hold at least v·q + min(v, r) of its n (n = q·S + r)
         most = v * (count // program.stages) + np.minimum(v, count % program.stages)
         held = max(float(a.max()), float((most * a).max()))
-        return max(_split_bound(program.micro_batches, v, S, held, P, beta) + sync,
+        return max(_split_bound(program.micro_batches, v, S, held, P, bubble_terms(program)) + sync,
                    _memory_dual_bound(program, memory, cap * P, rows, count))
     sends = least_sends(program, np.asarray(program.allowed))
     simple = (S + sends) / v + (program.micro_batches - 1 / v) * max(S / P, float(a.max())) + sync
@@ -402,17 +402,61 @@ def lower_bound(program: StageProgram) -> float:
     return max(simple, _memory_dual_bound(program, memory, cap * P, rows, count) + sends / v)
 
 
-def _split_bound(c: int, v: int, S: float, held: float, P: int, beta: float) -> float:
+def _split_bound(c: int, v: int, S: float, held: float, P: int, bubble: Bubble) -> float:
     """A lower bound on `split_backward_tpi` (without the sync) for chunk times adding up to at least S whose v
     longest chunks hold at least `held` (the largest layer; ⌈n / (P·v)⌉ of n identical layers in one chunk and
     their share of the rest in each of the next v − 1: 80 blocks in 48 chunks put two in each of the v longest).
-    Its steady state is at least c times the v longest chunks, T ≥ max(S/P, held), and its bubble at least
-    β·F̂ ≥ β·FORWARD_SHARE·p_{v+1}, the (v+1)-th longest chunk being at least the mean b ≥ (S − T)/(P·v − v) of
-    the chunks beyond the v longest. c·T + β·FORWARD_SHARE·(S − T)/(P·v − v) is linear in T on [max(S/P, held),
-    S] and c·T beyond, so its least is at an end (at the lower one wherever the bubble's slope is below c); equal
-    chunks give c·S/P + β·FORWARD_SHARE·S/(P·v)."""
+    Its steady state is at least c times the v longest chunks T ≥ max(S/P, held), and its bubble at least
+    ρ·p_{v+1} − σ·p_v (`bubble_terms`; the sends' share of it is left out with the sends, κ ≥ its coefficient),
+    p_v ≤ T/v and the (v+1)-th longest chunk at least the mean b ≥ (S − T)/(P·v − v) of the chunks beyond the v
+    longest. (c − σ/v)·T + ρ·(S − T)/(P·v − v) is linear in T on [max(S/P, held), S] and (c − σ/v)·T beyond, so
+    its least is at an end; equal chunks give (c − σ/v)·S/P + ρ·S/(P·v)."""
     T = max(S / P, held)
-    return min(c * T + beta * FORWARD_SHARE * max(S - T, 0.0) / max(P * v - v, 1), c * max(S, T))
+    steady = c - bubble.longest / v
+    return min(steady * T + bubble.following * max(S - T, 0.0) / max(P * v - v, 1), steady * max(S, T))
+
+
+class Bubble(NamedTuple):
+    """A split backward's bubble is at least following·p_{v+1} − longest·p_v − sends·ô: p_k the k-th longest
+    chunk's time, ô the largest send (`bubble_terms`)."""
+
+    following: float
+    longest: float
+    sends: float
+
+
+def bubble_terms(program: StageProgram) -> Bubble:
+    """What the bounds take from a split backward's bubble: one of its pieces (a, b, d), at the levels where the
+    closed form is least (`split_backward_tpi`), each level between its kind's (v+1)-th and v-th longest pass
+    (or the largest send ô above both). A positive coefficient's level is at least the (v+1)-th longest pass,
+    a negative one's at most the v-th longest or ô. A chunk's forward is FORWARD_SHARE of its time p, its input
+    pass at least 1 − FORWARD_SHARE − ŵ of it and at most 1 − FORWARD_SHARE, its weight pass at most ŵ of it,
+    ŵ the largest weight share of any layer's time (resharding in the chunk only adds to p), so v + 1 chunks
+    have passes at least those shares of p_{v+1}, and at most v − 1 have more than those shares of p_v. The
+    weight pass's lower side is left out: resharding adds to a chunk's time, not to its weight pass. The piece
+    taken is the one worth most on equal chunks of the fastest layers with the least largest send, of those the
+    bounds can use. ZB1P on 32 stages with ŵ = 0.3:
+    31·(1/3 + 0.367)·p_{v+1} − 31·0.3·p_v, 0.4·31·p on equal chunks (its exact bubble there), where its
+    forward alone gave 31/3."""
+    ok = np.asarray(program.allowed)
+    A = np.asarray(program.A, dtype=float)
+    W = np.asarray(program.weight_gradient, dtype=float)
+    timed = ok & (A > 0)
+    share = float((W[timed] / A[timed]).max(initial=0.0))
+    low = (FORWARD_SHARE, max(1.0 - FORWARD_SHARE - share, 0.0), 0.0)  # least share of p_{v+1} per pass
+    high = (FORWARD_SHARE, 1.0 - FORWARD_SHARE, share)  # most share of p_v per pass
+    c, v, S = program.micro_batches, program.virtual_stages, program.stages
+    chunk = float(np.where(ok, A, math.inf).min(axis=1).sum()) / S  # an equal chunk's time
+    send = least_largest_send(program, ok)
+    best, worth = Bubble(0.0, 0.0, 0.0), 0.0
+    for piece in schedule_named(program.split_schedule).bubble(program.pipeline_degree):
+        term = Bubble(sum(max(x, 0.0) * s for x, s in zip(piece, low)),
+                      sum(max(-x, 0.0) * s for x, s in zip(piece, high)), sum(max(-x, 0.0) for x in piece))
+        # the bounds need what the v longest chunks pay to rise with them: c − σ/v − ρ/(S − v) > 0
+        rises = c - term.longest / v - term.following / max(S - v, 1) > 0
+        if rises and (term.following - term.longest) * chunk - term.sends * send > worth:
+            best, worth = term, (term.following - term.longest) * chunk - term.sends * send
+    return best
 
 
 SLOT_ROUNDS = 3
@@ -455,6 +499,14 @@ def least_sends(program: StageProgram, ok: np.ndarray) -> float:
     """Σ o ≥ the stages − 1 cheapest boundaries: each boundary sits on a distinct edge (u, u+1) and costs at least
     that edge's least Rp over allowed pairs."""
     return float(edge_sends(program, ok)[:program.stages - 1].sum()) if program.stages > 1 else 0.0
+
+
+def least_largest_send(program: StageProgram, ok: np.ndarray) -> float:
+    """The largest send of any plan is at least the (S − 1)-th least edge send (S − 1 distinct edges are
+    boundaries); 0 for one chunk."""
+    least = edge_sends(program, ok)
+    S = program.stages
+    return float(least[S - 2]) if S > 1 and len(least) >= S - 1 else 0.0
 
 
 def edge_sends(program: StageProgram, ok: np.ndarray) -> np.ndarray:

@@ -32,9 +32,8 @@ import math
 import numpy as np
 
 from uniap.program import StageProgram, distinct_rows
-from uniap.schedules import FORWARD_SHARE, schedule_named
 from uniap.solve.one_block import one_block_relaxation
-from uniap.solve.program import MEMORY_RTOL, edge_sends, split_send_hops
+from uniap.solve.program import MEMORY_RTOL, bubble_terms, least_largest_send, split_send_hops
 
 PRECISION = 1e-7
 """The bracket [a valid bound, a reachable T] is halved until it is this narrow, relative to T."""
@@ -53,7 +52,6 @@ def split_group_bound(program: StageProgram, floor: float, cutoff: float | None 
     P, v, c, S = program.pipeline_degree, program.virtual_stages, program.micro_batches, program.stages
     cap = float(program.memory_capacity) * (1 + MEMORY_RTOL)
     held = program.group_moments
-    hops = split_send_hops(program)
     ok = np.asarray(program.allowed)
     keep = [np.flatnonzero(ok[u]) for u in firsts]
 
@@ -62,8 +60,9 @@ def split_group_bound(program: StageProgram, floor: float, cutoff: float | None 
         return (c * np.asarray(program.A)[u, k] + np.asarray(program.G)[u, k], np.asarray(program.Ms)[u, k],
                 np.asarray(program.Ma)[u, k])
 
-    least = edge_sends(program, ok)
-    floor_send = float(least[S - 2]) if S > 1 and len(least) >= S - 1 else 0.0
+    floor_send = least_largest_send(program, ok)
+    bubble = bubble_terms(program)
+    per_send = max(split_send_hops(program) - bubble.sends, 0)  # κ·ô, less what the bubble's piece may take back of it
 
     def edge(r):
         """(inside, as a send), each (K_r, K_r+1): what an end edge adds to its group as resharding in a chunk,
@@ -71,7 +70,7 @@ def split_group_bound(program: StageProgram, floor: float, cutoff: float | None 
         u = firsts[r + 1] - 1
         pick = np.ix_(keep[r], keep[r + 1])
         return (c * np.asarray(program.R)[u][pick],
-                hops * np.maximum(np.asarray(program.Rp)[u][pick] - floor_send, 0.0))
+                per_send * np.maximum(np.asarray(program.Rp)[u][pick] - floor_send, 0.0))
 
     block = rows(1)
     inside, send = edge(0)
@@ -86,22 +85,23 @@ def split_group_bound(program: StageProgram, floor: float, cutoff: float | None 
         counts = [group.most_blocks(T) for group in groups]
         return all(n >= group.fewest for n, group in zip(counts, groups)) and sum(counts) >= lengths[1]
 
-    # the bubble is at least β·F_{v+1}, and the chunks beyond the v longest hold the rest of the chain's work, so
-    # the (v+1)-th longest holds at least its share of it
-    beta = schedule_named(program.split_schedule).forward_bubble(P)
+    # the bubble is at least ρ·p_{v+1} − σ·p_v − σ'·ô (solve.program.bubble_terms), p_v at most the mean of the v
+    # longest, and the chunks beyond the v longest hold the rest of the chain's work, so the (v+1)-th longest
+    # holds at least its share of it
     fastest = np.where(ok, np.asarray(program.A, dtype=float), np.inf)[firsts].min(axis=1)  # per distinct row
     work = float(fastest @ lengths)
-    per_rest = beta * FORWARD_SHARE / max(S - v, 1)
-    sends = hops * floor_send
+    per_rest = bubble.following / max(S - v, 1)
+    keep = 1 - bubble.longest / (c * v)  # of V: the v longest chunks' c·X less σ·X/v (the sync's share left out)
+    sends = per_send * floor_send
 
     def total(V: float) -> float:
         """The bound for contents that need V (c·A + G of the busiest group)."""
-        return V + per_rest * max(work - V / c, 0.0) + sends
+        return keep * V + per_rest * max(work - V / c, 0.0) + sends
 
     def contents_for(T: float) -> float:
-        """The V whose `total` is T (total rises with V: per_rest < c)."""
-        V = (T - sends - per_rest * work) / (1 - per_rest / c)
-        return V if V <= c * work else T - sends
+        """The V whose `total` is T (total rises with V: per_rest < c·keep)."""
+        V = (T - sends - per_rest * work) / (keep - per_rest / c)
+        return V if V <= c * work else (T - sends) / keep
 
     # Whole blocks: the S chunks hold the N blocks, so the v longest hold at least v·q + min(v, r) of them
     # (q, r = divmod(N, S)), each at least the fastest block's time; 96 blocks in 64 chunks put two in the v
