@@ -1,8 +1,8 @@
 """Each pipeline schedule's best plan on large targets: what zero bubble buys over 1F1B and interleaved 1F1B.
 
 For each target the planner searches each schedule on its own (`plan --schedule 1f1b`, `zero-bubble`,
-`zero-bubble-v`, `dualpipe-v`), 1F1B with interleaving (`interleaved-1f1b`) and the default search (1F1B,
-interleaved 1F1B and zero bubble together), and prints the plan each search returns: its layout, its predicted
+`zero-bubble-v`, `dualpipe-v`), 1F1B with interleaving (`interleaved-1f1b`) and the default search (all of
+them together), and prints the plan each search returns: its layout, its predicted
 time per iteration and what the search took. Zero bubble is searched like the
 others: its time is the closed form that bounds torch's ScheduleInterleavedZeroBubble order from above
 (docs/cost-model.md, "Zero bubble"), over ZeRO-0 strategies with the gradient all-reduce after the step (what

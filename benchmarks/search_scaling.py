@@ -104,7 +104,7 @@ def whole_search(args) -> None:
 
 
 def targets(args) -> None:
-    print("\n3) targets: the default search (1F1B, interleaved 1F1B and zero bubble) against 1F1B alone and 1F1B with "
+    print("\n3) targets: the default search (every schedule) against 1F1B alone and 1F1B with "
           "interleaving, one after the other")
     print(f"{'case':<34} {'1F1B s':>7} {'+IL s':>7} {'default s':>9} {'target s':>9} {'optimal':>8} {'gap':>8} "
           f"{'plan':>18} {'gain':>6} {'sim/pred 1F1B':>13} {'sim/pred plan':>13}")
