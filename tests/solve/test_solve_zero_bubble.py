@@ -200,12 +200,13 @@ def test_device_group_bound_with_several_blocks_per_chunk(schedule, v, seed):
 @pytest.mark.parametrize("seed", range(16))
 def test_whole_block_group_bound_never_exceeds_the_optimum(schedule, v, seed):
     """The interleaved schedule's group DP over a level (solve.group_bound), read for a split backward: c·v·B plus
-    each group's chunks over B, whole blocks counted, κ·ô and the sync. Under a V the first group holds both ends.
-    At most the optimum, with one to three blocks per chunk and tight memory, and capped at a cut-off."""
+    each group's chunks over B, whole blocks counted, the bubble's share of each group's passes, κ·ô and the sync.
+    Under a V the first group holds both ends. At most the optimum, on 2 or 3 stages, with one to three blocks per
+    chunk, weight shares of 5–60 % and tight memory, and capped at a cut-off."""
     rng = np.random.default_rng(70_000 + seed)
-    P = 2
+    P = 2 + seed % 2 if v == 2 else 2
     S = P * v
-    L = 2 + S + int(rng.integers(0, 10 - S))
+    L = 2 + S + int(rng.integers(0, 4 if P == 3 else 10 - S))
     c = P * int(rng.integers(1, 3)) if schedule == ZERO_BUBBLE.name else 2 * P + int(rng.integers(0, 3))
     memory = float(rng.uniform(20, 60)) if rng.random() < 0.7 else None
     program = random_program(seed, layers=L, strategies=int(rng.integers(1, 3)), stages=P, micro_batches=c,

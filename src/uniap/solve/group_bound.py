@@ -44,6 +44,7 @@ from typing import NamedTuple
 import numpy as np
 
 from uniap.program import StageProgram
+from uniap.schedules import FORWARD_SHARE
 from uniap.solve.program import MEMORY_RTOL, bubble_terms, least_largest_send, least_sends, split_send_hops
 from uniap.solve.one_block import one_block_relaxation
 from uniap.solve.reduce import Reduced, reduce_program, undominated
@@ -70,7 +71,7 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
     only with that layer alone in its chunk; the best plan built from them is still an incumbent for the search
     (with them, Nemotron-4 340B fp8 on 128 H100 holds 3.499 s after 120 s, where it held 3.606 s)."""
     runs = reduced.runs
-    P, v, c = program.pipeline_degree, program.virtual_stages, program.micro_batches
+    P, v = program.pipeline_degree, program.virtual_stages
     if v < 2:
         return None
     split = program.split_schedule is not None
@@ -86,21 +87,22 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
     ends = program.chunk_groups[[0, program.stages - 1]]  # the groups of the embedding's and the head's chunks
     kind_of = ["both" if d == ends[0] == ends[1] else "first" if d == ends[0] else "last" if d == ends[1]
                else "middle" for d in range(P)]
-    kinds = {kind: _group_terms(program, kept, kind, blocks) for kind in set(kind_of)}
+    kinds = {kind: _group_terms(program, kept, kind, blocks, pricing) for kind in set(kind_of)}
     sends = _least_sends(program)
-    groups = []  # per group: ((its kind, its profile), a, M, g, what fits it), each (choices, blocks + 1)
+    groups = []  # per group: ((its kind, its profile), a, M, g, what fits it, F, its bubble share), each
+    #              (choices, blocks + 1)
     choices = []  # per group: the indices of its kept choices among its kind's
     kept_of: dict[tuple, tuple] = {}  # groups of one kind whose M and counts that fit agree keep the same
     capacity = float(program.memory_capacity) * (1 + MEMORY_RTOL)
     for d, kind in enumerate(kind_of):
-        a, time_bound, g, even_largest, full, largest, rates, byte_rates = kinds[kind]
+        a, time_bound, g, even_largest, full, extra, largest, rates, byte_rates = kinds[kind]
         M = largest(program.group_inflight[d], capacity)  # inf where the group's bytes fit no cut into chunks
         fits = np.isfinite(M)
         if cutoff is not None:
-            # Whatever B, the slope times B plus the group's term ≥ c·a (B < M: own·B + rate·(a − v·B) + spread·a;
-            # else rate·v·M + spread·a ≥ c·a): a count whose time alone reaches the cut-off is dropped, and the
-            # bound is then capped at it.
-            fits = fits & (c * a + sends < cutoff)
+            # Whatever B, the slope times B plus the group's term ≥ rate·a + its bubble share (B < M:
+            # own·B + rate·(a − v·B) + …; else rate·v·M + … ≥ rate·a + …; c·a under interleaved 1F1B): a count
+            # whose time alone reaches the cut-off is dropped, and the bound is then capped at it.
+            fits = fits & (pricing.rate * a + extra + sends < cutoff)
         key = (kind, fits.tobytes(), M.tobytes())
         if key not in kept_of:
             # A choice that another beats in every rate its a and g grow with, and in the most count that fits,
@@ -120,7 +122,7 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
         # and every cut has at least their excess over a slot (`_slot_values`); elsewhere the forced largest, once.
         even = M <= even_largest[keep] * (1 + 1e-9)
         groups.append(((kind, profile), a[keep], np.where(even, even_largest[keep], M), g[keep], fits,
-                       np.where(even, full[keep], 1)))
+                       np.where(even, full[keep], 1), extra[keep]))
         choices.append(np.flatnonzero(keep))
     windows = [_window(*group[1:]) for group in groups]
     slots = np.unique(np.concatenate([[0.0]] + [_breakpoints(v, *group[1:]) for group in groups]))
@@ -183,7 +185,8 @@ def _least_over_slots(slots: np.ndarray, value, slope: float, cutoff: float | No
             known[k] = float(x)
 
 
-def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind: str, blocks: int):
+def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind: str, blocks: int,
+                 pricing: Pricing):
     """The choices of a group of `kind` (first, middle, last, or both: the embedding's and the head's, as under
     a V): its block strategy, and on the first and last group its end layer's strategy, against its block count
     n = 0..blocks: (a, M, g), each (choices, blocks + 1),
@@ -198,22 +201,23 @@ def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind
     largest chunk and the bytes (its chunk, like the embedding's, may hold no block)."""
     v = program.virtual_stages
     n = np.arange(blocks + 1, dtype=float)
-    t, gk, ms, ma, _ = kept[1]
-    head = (0.0, 0.0, 0.0, 0.0)  # (time, sync, static and activation bytes) beside the end layer, on "both"
+    t, gk, ms, ma, it, _ = kept[1]
+    head = (0.0,) * 5  # (time, sync, static and activation bytes, input pass) beside the end layer, on "both"
     empty = ()  # chunks that may hold no block
     if kind == "middle":
-        x = xg = xm = xa = np.zeros(1)
+        x = xg = xm = xa = xi = np.zeros(1)
         end_chunk = None
     else:
-        x, xg, xm, xa, _ = kept[2] if kind == "last" else kept[0]
+        x, xg, xm, xa, xi, _ = kept[2] if kind == "last" else kept[0]
         end_chunk = v - 1 if kind == "last" else 0  # the end layer's chunk may hold no block
         if kind == "both":
-            head, empty = tuple(float(table.min()) for table in kept[2][:4]), (v - 1,)
+            head, empty = tuple(float(table.min()) for table in kept[2][:5]), (v - 1,)
     at_least = v - (end_chunk is not None) - len(empty)  # chunks that hold a block
     shape = (len(t), len(x), len(n))  # (block strategy, end strategy, n)
     even, full = _most_even(t, x if end_chunk is not None else None, blocks, v)
     a = t[:, None, None] * n + x[None, :, None] + head[0]
     g = gk[:, None, None] * n + xg[None, :, None] + head[1]
+    extra = pricing.forward * a + pricing.input * (it[:, None, None] * n + xi[None, :, None] + head[4])
     if end_chunk is None:
         largest = np.broadcast_to(np.ceil(n / v) * t[:, None, None], shape)
     else:
@@ -268,10 +272,11 @@ def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind
         forced[raised] = np.maximum(M[raised], least)
         return np.where(found, forced, math.inf).reshape(-1, len(n))
 
-    rates = [np.broadcast_to(rate, shape[:2]).ravel() for rate in (t[:, None], x[None, :], gk[:, None], xg[None, :])]
+    rates = [np.broadcast_to(rate, shape[:2]).ravel() for rate in (t[:, None], x[None, :], gk[:, None], xg[None, :],
+                                                                   it[:, None], xi[None, :])]
     byte_rates = [np.broadcast_to(rate, shape[:2]).ravel() for rate in (ms[:, None], ma[:, None], xm[None, :],
                                                                         xa[None, :])]
-    return (*(np.broadcast_to(arr, shape).reshape(-1, len(n)) for arr in (a, largest, g, even, full)),
+    return (*(np.broadcast_to(arr, shape).reshape(-1, len(n)) for arr in (a, largest, g, even, full, extra)),
             largest_fitting, rates, byte_rates)
 
 
@@ -314,11 +319,13 @@ def _end_group_largest(t: np.ndarray, x: np.ndarray, n: np.ndarray, v: int) -> n
 
 
 def _kept(reduced: Reduced, run, end: bool) -> tuple[np.ndarray, ...]:
-    """(A, G, Ms, Ma) of the run's strategies that no other beats in all four: a dominated one never lowers the
-    bound. For an end layer (`end`), only those no other beats in time and sync, each with the least bytes of
-    any strategy: a lighter but slower one then lowers the bound no further either, and the group's choices
-    stay few (its block strategy × these). Last: their indices in run.keep."""
-    tables = [table[run.first, run.keep] for table in (reduced.A, reduced.G, reduced.Ms, reduced.Ma)]
+    """(A, G, Ms, Ma, I) of the run's strategies that no other beats in all five, I the input passes of a split
+    backward ((1 − FORWARD_SHARE)·A − W; 0 otherwise): a dominated one never lowers the bound. For an end layer
+    (`end`), only those no other beats in time and sync, each with the least bytes and input pass of any kept
+    strategy: a lighter but slower one then lowers the bound no further either, and the group's choices stay few
+    (its block strategy × these). Last: their indices in run.keep."""
+    inputs = np.zeros_like(reduced.A) if reduced.W is None else (1 - FORWARD_SHARE) * reduced.A - reduced.W
+    tables = [table[run.first, run.keep] for table in (reduced.A, reduced.G, reduced.Ms, reduced.Ma, inputs)]
     index = np.arange(len(run.keep))
     if not end:
         keep = undominated(index, np.zeros(len(index), dtype=int), tables)
@@ -328,18 +335,18 @@ def _kept(reduced: Reduced, run, end: bool) -> tuple[np.ndarray, ...]:
             np.flatnonzero(keep))
 
 
-def _window(a, M, g, fits, full) -> tuple:
+def _window(a, M, g, fits, full, extra) -> tuple:
     """(first block count, a, M, g, penalty, full, rows) of a group over the window of counts where some choice
-    fits and the choices that fit one of them (`rows`, their indices); penalty is 0 where a choice fits a count
-    and inf where not."""
+    fits and the choices that fit one of them (`rows`, their indices); penalty is the group's bubble share
+    `extra` where a choice fits a count and inf where not."""
     held = np.flatnonzero(fits.any(axis=0))
     lo, hi = int(held[0]), int(held[-1]) + 1
     rows = fits[:, lo:hi].any(axis=1)
-    a, M, g, fits, full = (arr[rows, lo:hi] for arr in (a, M, g, fits, full))
-    return lo, a, M, g, np.where(fits, 0.0, math.inf), full, np.flatnonzero(rows)
+    a, M, g, fits, full, extra = (arr[rows, lo:hi] for arr in (a, M, g, fits, full, extra))
+    return lo, a, M, g, np.where(fits, extra, math.inf), full, np.flatnonzero(rows)
 
 
-def _breakpoints(v: int, a, M, g, fits, full) -> np.ndarray:
+def _breakpoints(v: int, a, M, g, fits, full, extra) -> np.ndarray:
     """The slots where a group's bound (`_slot_values`) changes slope, over the counts that fit: M, and where
     a − v·b meets F·(M − b)."""
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -348,15 +355,17 @@ def _breakpoints(v: int, a, M, g, fits, full) -> np.ndarray:
 
 
 class Pricing(NamedTuple):
-    """How a schedule prices a device group at slot B: own·b + rate·(its chunks' excess over b) + spread·a."""
+    """How a schedule prices a device group at slot B: own·b + rate·(its chunks' excess over b), plus (a split
+    backward) its share of the bubble, forward·a + input·i, a its time and i its input passes."""
 
     rate: float
-    """Per unit of excess: c, less a split backward's `spread` and σ/v (solve.program.bubble_terms)."""
+    """Per unit of excess: c, less a split backward's σ/v and what its bubble share takes back."""
     own: float
     """1 under interleaved 1F1B (each group's own slot b_d), 0 under a split backward."""
-    spread: float
-    """Per unit of a group's time: a split backward's bubble over the chunks beyond the v longest
-    (solve.program.bubble_terms: ρ / (S − v)); 0 under interleaved 1F1B."""
+    forward: float
+    """Per unit of a group's time: a⁺·FORWARD_SHARE / (S − v) under a split backward; 0 under interleaved 1F1B."""
+    input: float
+    """Per unit of a group's input passes: b⁺ / (S − v) under a split backward; 0 under interleaved 1F1B."""
 
     def slope(self, v: int) -> float:
         """Of the bound in B: rate·v − own."""
@@ -365,15 +374,22 @@ class Pricing(NamedTuple):
 
 def _pricing(program: StageProgram) -> Pricing:
     """Interleaved 1F1B: Σ_d b_d + (c·v − 1)·B + c·Σ_j (p_j − b_d)⁺. A split backward: c times its v longest
-    chunks X plus the bubble, at least ρ·p_{v+1} − σ·p_v ≥ ρ·(Σ_d a_d − X)/(S − v) − σ·X/v
-    (solve.program.bubble_terms); X = min over B of v·B + Σ_j (p_j − B)⁺, so (c − σ/v − β)·(v·B + Σ_j (p_j −
-    B)⁺) + β·Σ_d a_d with β = ρ/(S − v) bounds it at every B (bubble_terms keeps c − σ/v − β > 0)."""
+    chunks X plus its bubble, at least a⁺·F̂ + b⁺·Î − σ·p_v (solve.program.bubble_terms), with F̂ at least the
+    mean forward FORWARD_SHARE·(Σ_j p_j − X)/(S − v) of the chunks beyond the v longest, Î at least their mean
+    input pass (Σ_j I_j − (1 − FORWARD_SHARE)·X)/(S − v) (no chunk's input pass is above that share of its
+    time), and p_v ≤ X/v. X = min over B of v·B + Σ_j (p_j − B)⁺, so every B gives rate·(v·B + Σ_j (p_j − B)⁺)
+    + Σ_d (forward·a_d + input·i_d), i_d = (1 − FORWARD_SHARE)·a_d − (its weight passes) a group's input passes
+    (resharding only adds to Σ_j p_j and Σ_j I_j), where rate = c − σ/v − (a⁺·FORWARD_SHARE + b⁺·(1 −
+    FORWARD_SHARE))/(S − v) is positive (else the bubble is left out)."""
     c = program.micro_batches
     if program.split_schedule is None:
-        return Pricing(float(c), 1.0, 0.0)
+        return Pricing(float(c), 1.0, 0.0, 0.0)
+    v, rest = program.virtual_stages, max(program.stages - program.virtual_stages, 1)
     bubble = bubble_terms(program)
-    spread = bubble.following / max(program.stages - program.virtual_stages, 1)
-    return Pricing(c - bubble.longest / program.virtual_stages - spread, 0.0, spread)
+    rate = c - bubble.longest / v - (bubble.forward * FORWARD_SHARE + bubble.input * (1 - FORWARD_SHARE)) / rest
+    if rate <= 0:
+        return Pricing(float(c), 0.0, 0.0, 0.0)
+    return Pricing(rate, 0.0, bubble.forward * FORWARD_SHARE / rest, bubble.input / rest)
 
 
 def _slot_cost(B: np.ndarray, v: int, omega: float, pricing: Pricing, lo: int, a, M, g, penalty,
@@ -385,13 +401,14 @@ def _slot_cost(B: np.ndarray, v: int, omega: float, pricing: Pricing, lo: int, a
 
 def _slot_values(B: np.ndarray, v: int, omega: float, pricing: Pricing, a, M, g, penalty, full) -> np.ndarray:
     """(len(B), choices, counts): the group's bound under each choice, own·b + rate·max(a − v·b, F·(M − b)) +
-    spread·a + ω·g (`Pricing`; interleaved 1F1B: b + c·max(…) + ω·g) with b = min(B, M), M a least largest chunk
-    and F chunks at least that large in every cut (`_slot_cost`).
+    ω·g + penalty (`Pricing`; interleaved 1F1B: b + c·max(…) + ω·g) with b = min(B, M), M a least largest chunk
+    and F chunks at least that large in every cut (`_slot_cost`); the penalty (`_window`) holds a split
+    backward's bubble share.
 
     F > 1 where memory forces no chunk beyond the most even cut's largest: whole blocks then put F chunks at it,
     each over a slot below it (12 blocks in 7 chunks put 2 in five, each over a slot of 1.8 blocks, where
     a − v·b sees none over), and every cut has at least that cut's excess (`_most_even`)."""
-    rate, own, spread = pricing
+    rate, own = pricing.rate, pricing.own
     b = np.minimum(B[:, None, None], M[None])
     # own·b + rate·max(a − v·b, F·(M − b)) = rate·max(a − (v − F)·b, F·M) + (own − rate·F)·b, in place
     value = b * (full - float(v))[None]
@@ -401,8 +418,6 @@ def _slot_values(B: np.ndarray, v: int, omega: float, pricing: Pricing, a, M, g,
     b *= (own - rate * full)[None]
     value += b
     value += omega * g + penalty
-    if spread:
-        value += spread * a
     return value
 
 
@@ -487,9 +502,9 @@ def _contents(program: StageProgram, reduced: Reduced, kept, groups, choices, wi
         kind = groups[d][0][0]
         ends = 1 if kind == "middle" else len(kept[0 if kind == "first" else 2][0])
         block, end = divmod(int(choices[d][row[k[n]]]), ends)  # the kind's choice: block × end strategy
-        counts[1][d, kept[1][4][block]] = lo + k[n]
+        counts[1][d, kept[1][5][block]] = lo + k[n]
         if kind != "middle":
             r = 0 if kind == "first" else 2
-            counts[r][d, kept[r][4][end]] = 1
+            counts[r][d, kept[r][5][end]] = 1
         n = int(before[n])
     return counts

@@ -418,11 +418,16 @@ def _split_bound(c: int, v: int, S: float, held: float, P: int, bubble: Bubble) 
 
 class Bubble(NamedTuple):
     """A split backward's bubble is at least following·p_{v+1} − longest·p_v − sends·ô: p_k the k-th longest
-    chunk's time, ô the largest send (`bubble_terms`)."""
+    chunk's time, ô the largest send (`bubble_terms`); and at least forward·F̂ + input·Î − longest·p_v − sends·ô
+    over its levels, which the device-group DP reads with each group's own passes (solve.group_bound)."""
 
     following: float
     longest: float
     sends: float
+    forward: float
+    """The piece's positive forward coefficient a⁺."""
+    input: float
+    """The piece's positive input-pass coefficient b⁺."""
 
 
 def bubble_terms(program: StageProgram) -> Bubble:
@@ -448,10 +453,11 @@ def bubble_terms(program: StageProgram) -> Bubble:
     c, v, S = program.micro_batches, program.virtual_stages, program.stages
     chunk = float(np.where(ok, A, math.inf).min(axis=1).sum()) / S  # an equal chunk's time
     send = least_largest_send(program, ok)
-    best, worth = Bubble(0.0, 0.0, 0.0), 0.0
+    best, worth = Bubble(0.0, 0.0, 0.0, 0.0, 0.0), 0.0
     for piece in schedule_named(program.split_schedule).bubble(program.pipeline_degree):
         term = Bubble(sum(max(x, 0.0) * s for x, s in zip(piece, low)),
-                      sum(max(-x, 0.0) * s for x, s in zip(piece, high)), sum(max(-x, 0.0) for x in piece))
+                      sum(max(-x, 0.0) * s for x, s in zip(piece, high)), sum(max(-x, 0.0) for x in piece),
+                      max(piece[0], 0.0), max(piece[1], 0.0))
         # the bounds need what the v longest chunks pay to rise with them: c − σ/v − ρ/(S − v) > 0
         rises = c - term.longest / v - term.following / max(S - v, 1) > 0
         if rises and (term.following - term.longest) * chunk - term.sends * send > worth:
