@@ -19,9 +19,10 @@ counts must add up: a min-plus convolution over the groups.
 A split backward (zero bubble, ZBV, DualPipeV) is bounded the same way. Its TPI (solve.program.
 split_backward_tpi) is at least c times its v longest chunks X = min over B of v·B + Σ_j (p_j − B)⁺ (a chunk's
 excess over B = F̂ + Î + Ŵ is at most the sum of its passes' excesses over their levels), with no b_d of each
-group's own, plus its bubble, at least ρ·p_{v+1} ≥ ρ·(Σ_j p_j − X)/(S − v) (`_pricing`), κ times the largest
-send (at least the (S − 1)-th least edge) and the sync. Under a V the first group holds both ends: the head is
-priced at its least time, sync and bytes, with no place in the cut. On llama2-70b's ZBV pp8 c = 128 candidate it
+group's own, plus its bubble, each group's share of it read from its own forward and input passes
+(`_pricing`), κ times the largest send (at least the (S − 1)-th least edge) and the sync. Under a V the first
+group holds both ends: the head is priced at its least time, sync, bytes and input pass, with no place in the
+cut. On llama2-70b's ZBV pp8 c = 128 candidate it
 gives 79.89 s against an optimum of 79.94 s, where the bound by contents (solve.split_bound), which charges a
 group its work but not how it falls into chunks, gives 78.05 s: there memory rewards putting the first group's
 blocks in its second chunk, which holds one micro-batch.
