@@ -458,8 +458,9 @@ def bubble_terms(program: StageProgram) -> Bubble:
         term = Bubble(sum(max(x, 0.0) * s for x, s in zip(piece, low)),
                       sum(max(-x, 0.0) * s for x, s in zip(piece, high)), sum(max(-x, 0.0) for x in piece),
                       max(piece[0], 0.0), max(piece[1], 0.0))
-        # the bounds need what the v longest chunks pay to rise with them: c − σ/v − ρ/(S − v) > 0
-        rises = c - term.longest / v - term.following / max(S - v, 1) > 0
+        # the bounds need what the v longest chunks pay to rise with them (c − σ/v − ρ/(S − v) > 0), and the
+        # sends to pay for what the piece takes back of them (κ ≥ σ'; the cheap bound leaves both out)
+        rises = c - term.longest / v - term.following / max(S - v, 1) > 0 and term.sends <= split_send_hops(program)
         if rises and (term.following - term.longest) * chunk - term.sends * send > worth:
             best, worth = term, (term.following - term.longest) * chunk - term.sends * send
     return best

@@ -91,17 +91,17 @@ def split_group_bound(program: StageProgram, floor: float, cutoff: float | None 
     fastest = np.where(ok, np.asarray(program.A, dtype=float), np.inf)[firsts].min(axis=1)  # per distinct row
     work = float(fastest @ lengths)
     per_rest = bubble.following / max(S - v, 1)
-    keep = 1 - bubble.longest / (c * v)  # of V: the v longest chunks' c·X less σ·X/v (the sync's share left out)
+    steady = 1 - bubble.longest / (c * v)  # of V: the v longest chunks' c·X less σ·X/v (the sync's share left out)
     sends = per_send * floor_send
 
     def total(V: float) -> float:
         """The bound for contents that need V (c·A + G of the busiest group)."""
-        return keep * V + per_rest * max(work - V / c, 0.0) + sends
+        return steady * V + per_rest * max(work - V / c, 0.0) + sends
 
     def contents_for(T: float) -> float:
-        """The V whose `total` is T (total rises with V: per_rest < c·keep)."""
-        V = (T - sends - per_rest * work) / (keep - per_rest / c)
-        return V if V <= c * work else (T - sends) / keep
+        """The V whose `total` is T (total rises with V: per_rest < c·steady)."""
+        V = (T - sends - per_rest * work) / (steady - per_rest / c)
+        return V if V <= c * work else (T - sends) / steady
 
     # Whole blocks: the S chunks hold the N blocks, so the v longest hold at least v·q + min(v, r) of them
     # (q, r = divmod(N, S)), each at least the fastest block's time; 96 blocks in 64 chunks put two in the v
