@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from uniap.children import die_with_parent
 from uniap.errors import UniapError
 from uniap.runtime.failure_exchange import Diagnosis, FailureExchange
 
@@ -259,21 +260,6 @@ def write_error(out: Path, exc: BaseException) -> None:
         write_json(out / f"error-rank{rank}.json", record)
     except OSError:
         pass
-
-
-def die_with_parent() -> None:
-    """Ask Linux to SIGKILL this rank when its torchrun agent dies (a no-op elsewhere)."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
-    except OSError:
-        return
-    if os.getppid() == 1:  # the agent died before prctl took effect
-        os._exit(1)
 
 
 def rank_main(body: Callable[[dict, Path], object], usage: str, argv: list[str] | None = None) -> None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from uniap.children import die_with_parent
 from uniap.solve import backends
 from uniap.solve.milp import Outcome, solve_outcome
 from uniap.program import StageProgram
@@ -341,6 +342,7 @@ _WORKER_BUILD = None
 
 def _start_worker(build) -> None:
     global _WORKER_BUILD
+    die_with_parent()  # a signal that ends the search ends its workers too
     backends.limit_threads(1)
     _WORKER_BUILD = build
 
