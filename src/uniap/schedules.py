@@ -193,6 +193,22 @@ class Interleaved1F1B(Schedule):
             ops += [f, b]
         return ops + backwards[len(forwards) - warm:]
 
+    def order_arrays(self, stage: int, stages: int, micro_batches: int, virtual_stages: int = 1
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """`order`'s kinds and chunks without its tuples (a search asks for thousands of stages' orders): the
+        forwards run round by round, chunk position k = 0..v−1 within a round, its micro-batches in turn; the
+        backwards likewise with k reversed; after the warm-up one of each alternates."""
+        P, c, v = stages, micro_batches, virtual_stages
+        rounds, k, m = np.meshgrid(np.arange(-(-c // P)), np.arange(v), np.arange(P), indexing="ij")
+        ran = rounds * P + m < c
+        forward, backward = (k * P + stage)[ran], ((v - 1 - k) * P + stage)[ran]
+        warm = min(c * v, (v - 1) * P + 2 * (P - 1 - stage))
+        steady = c * v - warm
+        kinds = np.concatenate([np.full(warm, "F"), np.tile(np.array(["F", "B"]), steady), np.full(warm, "B")])
+        chunks = np.concatenate([forward[:warm], np.stack([forward[warm:], backward[:steady]], axis=1).ravel(),
+                                 backward[steady:]])
+        return kinds, chunks
+
 
 @dataclass(frozen=True)
 class ZeroBubble(Schedule):
@@ -510,8 +526,7 @@ def _stage_occupancy(name: str, stage: int, stages: int, micro_batches: int, vir
         block = moments[lo:lo + 256]
         above = (moments[None, :, :] >= block[:, None, :]).all(axis=2)  # [i, j]: moments[j] ≥ block[i]
         covered[lo:lo + 256] = above.sum(axis=1) > 1  # itself, and another
-    return (tuple(tuple(int(x) for x in m) for m in moments[~covered]),
-            tuple(int(x) for x in states[warm_up - 1]))
+    return tuple(map(tuple, moments[~covered].tolist())), tuple(states[warm_up - 1].tolist())
 
 
 @dataclass(frozen=True)
