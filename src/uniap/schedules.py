@@ -76,9 +76,8 @@ class Schedule:
     def chunk_at(self, stage: int, position: int, stages: int) -> int:
         """The global chunk a stage runs at `position` (its position-th chunk, in chain order): whatever the
         placement, chunk j is at position j // P of its stage, so it is the one of position·P … position·P + P − 1
-        that `stage_of_chunk` puts there (position·P + stage for j mod P)."""
-        return next(j for j in range(position * stages, (position + 1) * stages)
-                    if self.stage_of_chunk(j, stages) == stage)
+        that `stage_of_chunk` puts there: position·P + stage for j mod P."""
+        return position * stages + stage
 
     def bubble(self, stages: int) -> tuple[tuple[float, float, float], ...]:
         """A schedule that splits the backward: its fill and drain on P stages of equal chunks, as linear pieces
@@ -285,6 +284,9 @@ class VShaped(Schedule):
 
     def stage_of_chunk(self, chunk: int, stages: int) -> int:
         return chunk if chunk < stages else 2 * stages - 1 - chunk
+
+    def chunk_at(self, stage: int, position: int, stages: int) -> int:
+        return stage if position == 0 else 2 * stages - 1 - stage
 
     def bounded_rounds(self, stages: int, micro_batches: int) -> int:
         """2P: from c = 2P on, the warm-up and the drain do not depend on c, and each step of the steady state

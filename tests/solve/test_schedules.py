@@ -141,3 +141,12 @@ def test_v_shaped_occupancy_is_reached_by_2p_micro_batches(schedule, P):
         for stage in range(P):
             assert _stage_occupancy(schedule.name, stage, P, c, 2) == _stage_occupancy(schedule.name, stage, P,
                                                                                         rounds, 2)
+
+
+@pytest.mark.parametrize("schedule", list(SCHEDULES.values()), ids=lambda s: s.name)
+def test_chunk_at_is_where_stage_of_chunk_puts_a_chunk(schedule):
+    """Each stage's position-k chunk is the one of k·P … k·P + P − 1 that the placement puts on that stage."""
+    for P in (1, 2, 3, 5, 8):
+        v = 2 if isinstance(schedule, VShaped) else 4
+        for j in range(P * v):
+            assert schedule.chunk_at(schedule.stage_of_chunk(j, P), j // P, P) == j
