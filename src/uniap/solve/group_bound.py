@@ -89,7 +89,7 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
     kind_of = ["both" if d == ends[0] == ends[1] else "first" if d == ends[0] else "last" if d == ends[1]
                else "middle" for d in range(P)]
     kinds = {kind: _group_terms(program, kept, kind, blocks, pricing) for kind in set(kind_of)}
-    sends = _least_sends(program)
+    sends = pricing.sends
     groups = []  # per group: ((its kind, its profile), a, M, g, what fits it, F, its bubble share), each
     #              (choices, blocks + 1)
     choices = []  # per group: the indices of its kept choices among its kind's
@@ -145,19 +145,9 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
             break
     if contents:
         at = None if cutoff is not None or best_at is None or best_at[1] is None or split else \
-            _contents(program, reduced, kept, groups, choices, windows, blocks, *best_at)
+            _contents(program, reduced, kept, groups, choices, windows, blocks, pricing, *best_at)
         return best, at
     return best if cutoff is None else min(best, float(cutoff))
-
-
-def _least_sends(program: StageProgram) -> float:
-    """What every plan pays in sends: under interleaved 1F1B each of the S − 1 boundaries, at least the S − 1
-    cheapest edges; under a split backward κ times the largest, at least the (S − 1)-th least edge
-    (solve.program.split_backward_tpi), less the sends the bubble's piece may take back (`_pricing`)."""
-    ok = np.asarray(program.allowed)
-    if program.split_schedule is None:
-        return least_sends(program, ok)
-    return max(split_send_hops(program) - bubble_terms(program).sends, 0) * least_largest_send(program, ok)
 
 
 def _least_over_slots(slots: np.ndarray, value, slope: float, cutoff: float | None) -> tuple[float, float | None]:
@@ -367,6 +357,10 @@ class Pricing(NamedTuple):
     """Per unit of a group's time: a⁺·FORWARD_SHARE / (S − v) under a split backward; 0 under interleaved 1F1B."""
     input: float
     """Per unit of a group's input passes: b⁺ / (S − v) under a split backward; 0 under interleaved 1F1B."""
+    sends: float
+    """What every plan pays in sends: under interleaved 1F1B each of the S − 1 boundaries, at least the S − 1
+    cheapest edges; under a split backward κ times the largest, at least the (S − 1)-th least edge, less what the
+    bubble's piece takes back of them."""
 
     def slope(self, v: int) -> float:
         """Of the bound in B: rate·v − own."""
@@ -383,14 +377,17 @@ def _pricing(program: StageProgram) -> Pricing:
     (resharding only adds to Σ_j p_j and Σ_j I_j), where rate = c − σ/v − (a⁺·FORWARD_SHARE + b⁺·(1 −
     FORWARD_SHARE))/(S − v) is positive (else the bubble is left out)."""
     c = program.micro_batches
+    ok = np.asarray(program.allowed)
     if program.split_schedule is None:
-        return Pricing(float(c), 1.0, 0.0, 0.0)
+        return Pricing(float(c), 1.0, 0.0, 0.0, least_sends(program, ok))
     v, rest = program.virtual_stages, max(program.stages - program.virtual_stages, 1)
     bubble = bubble_terms(program)
+    largest_send = least_largest_send(program, ok)
     rate = c - bubble.longest / v - (bubble.forward * FORWARD_SHARE + bubble.input * (1 - FORWARD_SHARE)) / rest
-    if rate <= 0:
-        return Pricing(float(c), 0.0, 0.0, 0.0)
-    return Pricing(rate, 0.0, bubble.forward * FORWARD_SHARE / rest, bubble.input / rest)
+    if rate <= 0:  # the bubble left out, and with it what its piece takes back of the sends
+        return Pricing(float(c), 0.0, 0.0, 0.0, split_send_hops(program) * largest_send)
+    return Pricing(rate, 0.0, bubble.forward * FORWARD_SHARE / rest, bubble.input / rest,
+                   max(split_send_hops(program) - bubble.sends, 0) * largest_send)
 
 
 def _slot_cost(B: np.ndarray, v: int, omega: float, pricing: Pricing, lo: int, a, M, g, penalty,
@@ -477,7 +474,7 @@ def _chain_dp(costs: list[tuple[int, np.ndarray]], blocks: int) -> np.ndarray:
 
 
 def _contents(program: StageProgram, reduced: Reduced, kept, groups, choices, windows, blocks: int,
-              omega: np.ndarray, B: float) -> list[np.ndarray] | None:
+              pricing: Pricing, omega: np.ndarray, B: float) -> list[np.ndarray] | None:
     """The group contents where the bound is least at slot B (weights `omega`): each group's block count and
     choice, backtracked through the chain DP; per run, counts over its kept strategies (None if the DP is
     empty)."""
@@ -485,7 +482,7 @@ def _contents(program: StageProgram, reduced: Reduced, kept, groups, choices, wi
     F = np.zeros(1)  # F[n]: the least cost of the groups so far holding n blocks
     picks = []
     for x, (lo, *window, rows) in zip(omega, windows):
-        values = _slot_values(np.array([B]), v, float(x), _pricing(program), *window)[0]  # (choices, counts)
+        values = _slot_values(np.array([B]), v, float(x), pricing, *window)[0]  # (choices, counts)
         cost, choice = values.min(axis=0), values.argmin(axis=0)
         n = np.arange(min(len(F) + lo + len(cost) - 1, blocks + 1))
         before = n[:, None] - lo - np.arange(len(cost))[None, :]  # what the groups before hold
