@@ -180,24 +180,37 @@ def _several_blocks_per_chunk(seed: int):
 
 
 def test_whole_blocks_count_the_chunks_over_the_slot(monkeypatch):
-    """With more blocks than chunks, every cut of a group has at least as many chunks at its most even cut's
-    largest as that cut does, each over a slot below it (`_slot_values`' F): the bound stays below the oracle's
-    optimum, is never below the bound that counts one such chunk, and is above it on some chains."""
+    """With more blocks than chunks, every cut of a group has at least its most even cut's excess over a slot
+    (`_slot_values`): the bound stays below the oracle's optimum, is never below the bound that counts the
+    largest chunk's excess alone, and is above it on some chains."""
     most_even = module._most_even
 
-    def one_largest(t, x, blocks, v):  # the same largest chunk, but only one chunk that large
-        largest, count = most_even(t, x, blocks, v)
-        return largest, np.ones_like(count)
+    def one_largest(t, x, blocks, v):  # the same largest chunk, but only it over the slot
+        levels, counts = most_even(t, x, blocks, v)
+        largest = np.where(counts > 0, levels, -np.inf).max(axis=0)
+        none = np.zeros_like(largest)
+        return np.stack([largest, none, none]), np.stack([np.ones_like(largest), none, none])
 
     programs = [_several_blocks_per_chunk(seed) for seed in range(40)]
-    assert _tighter_than(monkeypatch, programs, "_most_even", one_largest) >= 3  # 6 of the 32 that fit
+    assert _tighter_than(monkeypatch, programs, "_most_even", one_largest) >= 3  # 12 of the 32 that fit
+
+
+def test_the_largest_sync_is_priced_as_itself(monkeypatch):
+    """The sync enters as max_d g_d, searched over its values (`_capped_sync`), where weights ω see a weighted
+    mean: never above the oracle's optimum, never below the bound with the weights alone, and above it on some
+    chains."""
+    def weights_only(slots, value, slope, windows, P, v, pricing, blocks, known):
+        return known, None
+
+    programs = [_several_blocks_per_chunk(seed) for seed in range(40)]
+    assert _tighter_than(monkeypatch, programs, "_capped_sync", weights_only) >= 3  # 17 of the 32 that fit
 
 
 @pytest.mark.parametrize("seed", range(10))
 def test_most_even_cut(seed):
-    """Of every cut of n identical blocks (and an end layer in the first chunk) into v chunks, the greedy one has
-    the least largest chunk, with as many chunks that large as `_most_even` counts, and every cut's
-    Σ (l − b)⁺ is at least count·(largest − b) at every slot b below it."""
+    """Of every cut of n identical blocks (and an end layer in the first chunk) into v chunks, the greedy one
+    (`_most_even`: its chunk times and how many chunks take each) is a cut, has the least largest chunk, and has
+    the least Σ (l − b)⁺ at every slot b."""
     from itertools import product
 
     from uniap.solve.group_bound import _most_even
@@ -206,17 +219,17 @@ def test_most_even_cut(seed):
     v, blocks = int(rng.integers(2, 5)), int(rng.integers(3, 9))
     t, x = rng.uniform(0.5, 2.0, 2), rng.uniform(0.0, 3.0, 2)
     x[0] = 2 * t[0]  # an end layer of whole blocks: it takes its block level before the others
-    largest, count = _most_even(t, x if seed % 2 else None, blocks, v)
-    for k, e, n in product(range(2), range(largest.shape[1]), range(blocks + 1)):
+    levels, counts = _most_even(t, x if seed % 2 else None, blocks, v)
+    for k, e, n in product(range(2), range(levels.shape[2]), range(blocks + 1)):
         end = x[e] if seed % 2 else 0.0
+        level, count = levels[:, k, e, n], counts[:, k, e, n]
+        assert count.sum() == v and count.min() >= 0
+        assert (level * count).sum() == pytest.approx(n * t[k] + end)
         cuts = np.array([cut for cut in product(range(n + 1), repeat=v) if sum(cut) == n], dtype=float)
         times = cuts * t[k]
         times[:, 0] += end
         tops = times.max(axis=1)
-        assert largest[k, e, n] == pytest.approx(tops.min())
-        evenest = times[tops <= tops.min() * (1 + 1e-9)]  # the cuts with that largest: the greedy one has the
-        at = (evenest >= tops.min() * (1 - 1e-9)).sum(axis=1)  # fewest chunks that large
-        assert count[k, e, n] == at.min()
-        for b in np.linspace(0.0, tops.min(), 7):
+        assert level[count > 0].max() == pytest.approx(tops.min())
+        for b in np.linspace(0.0, tops.max(), 9):
             least = np.maximum(times - b, 0.0).sum(axis=1).min()
-            assert count[k, e, n] * (largest[k, e, n] - b) <= least * (1 + 1e-9) + 1e-12
+            assert (count * np.maximum(level - b, 0.0)).sum() <= least * (1 + 1e-9) + 1e-12

@@ -153,3 +153,29 @@ def test_single_stage_and_single_strategy():
     assert sol.optimal and list(sol.stage_of) == [0] * 5
     assert sol.objective == pytest.approx(solve_reference(program).objective)
     assert math.isfinite(sol.time_s) and sol.solver == "highs"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_known_bound_stops_the_milp_at_a_plan_that_attains_it(seed, monkeypatch):
+    """Given the optimum as a proven bound (`known`), the chunk MILP stops at the first point that reaches it
+    (HiGHS's objective target) and returns that plan as optimal, at the oracle's optimum; a plan that would
+    only attain a bound below the optimum is never returned as optimal."""
+    from uniap.solve.backends import HighsBackend
+
+    program = random_program(400 + seed, layers=7, stages=2, virtual_stages=2, memory=None)
+    reference = solve_reference(program)
+    targets = []
+    solve_ = HighsBackend.solve
+
+    def spy(self, time_limit, cutoff, mip_gap, start, target=None):
+        targets.append(target)
+        return solve_(self, time_limit, cutoff, mip_gap, start, target)
+
+    monkeypatch.setattr(HighsBackend, "solve", spy)
+    found = solve_outcome(program, phase="chunks", known=reference.objective)
+    assert found.status == "optimal" and found.solution.optimal
+    assert found.solution.objective == pytest.approx(reference.objective, rel=1e-6)
+    assert any(t is not None for t in targets)
+    low = solve_outcome(program, phase="chunks", known=reference.objective * 0.95)
+    assert low.solution.objective == pytest.approx(reference.objective, rel=1e-6)
+    assert low.solution.optimal == (low.solution.gap <= 1e-6)

@@ -55,6 +55,7 @@ def limit_threads(count: int) -> None:
 @dataclass(frozen=True)
 class MipResult:
     status: str  # "optimal" | "limit" (stopped early) | "infeasible" (no point, or none below the cutoff)
+    #              | "target" (stopped at a point at most the `target` asked for)
     x: np.ndarray | None  # best point found, if any
     bound: float  # proven lower bound on the objective (-inf when unknown)
 
@@ -99,10 +100,13 @@ class HighsBackend:
                                value), "add rows", self._highspy)
 
     def solve(self, time_limit: float | None, cutoff: float | None, mip_gap: float,
-              start: np.ndarray | None) -> MipResult:
+              start: np.ndarray | None, target: float | None = None) -> MipResult:
+        """`target`: stop at the first point whose objective is at most it (a caller that knows the bound a
+        point at it would attain)."""
         h, hs = self._h, self._highspy
         h.setOptionValue("time_limit", float(time_limit) if time_limit is not None else math.inf)
         h.setOptionValue("objective_bound", float(cutoff) if cutoff is not None else math.inf)
+        h.setOptionValue("objective_target", float(target) if target is not None else -math.inf)
         h.setOptionValue("mip_rel_gap", float(mip_gap))
         h.setOptionValue("mip_abs_gap", ABS_GAP)
         if start is not None:
@@ -120,6 +124,8 @@ class HighsBackend:
             return MipResult("optimal", x, float(info.mip_dual_bound))
         if status in (M.kInfeasible, M.kObjectiveBound):
             return MipResult("infeasible", None, math.inf)
+        if status == M.kObjectiveTarget and x is not None:
+            return MipResult("target", x, float(info.mip_dual_bound))
         if status in (M.kTimeLimit, M.kInterrupt, M.kIterationLimit, M.kSolutionLimit, M.kMemoryLimit,
                       M.kHighsInterrupt):
             return MipResult("limit", x, float(info.mip_dual_bound))
@@ -186,8 +192,9 @@ class GurobiBackend:
         self._m.update()
 
     def solve(self, time_limit: float | None, cutoff: float | None, mip_gap: float,
-              start: np.ndarray | None) -> MipResult:
+              start: np.ndarray | None, target: float | None = None) -> MipResult:
         gp, m = self._gp, self._m
+        m.Params.BestObjStop = float(target) if target is not None else -gp.GRB.INFINITY
         m.Params.TimeLimit = float(time_limit) if time_limit is not None else gp.GRB.INFINITY
         m.Params.Cutoff = float(cutoff) if cutoff is not None else gp.GRB.INFINITY
         m.Params.MIPGap = float(mip_gap)
@@ -204,6 +211,8 @@ class GurobiBackend:
             return MipResult("optimal", x, float(m.ObjBound))
         if m.Status in (G.INFEASIBLE, G.INF_OR_UNBD, G.CUTOFF):
             return MipResult("infeasible", None, math.inf)
+        if m.Status == G.USER_OBJ_LIMIT and x is not None:
+            return MipResult("target", x, float(m.ObjBound))
         if m.Status in (G.TIME_LIMIT, G.INTERRUPTED, G.NODE_LIMIT, G.SOLUTION_LIMIT, G.ITERATION_LIMIT):
             return MipResult("limit", x, float(m.ObjBound) if m.SolCount > 0 else -math.inf)
         raise UniapError(f"Gurobi stopped with status {m.Status}")

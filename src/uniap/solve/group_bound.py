@@ -6,15 +6,19 @@ Under interleaving each device group runs its blocks under one strategy (solve.r
 for the first and last group, the strategy of the embedding or head. For a fixed slot B the TPI of
 solve.program is then bounded group by group:
 
-    Σ_d b_d + c·Σ_{j∈d} (p_j − b_d)⁺  ≥  b + c·max(a_d − v·b, F_d·(M_d − b)),   b = min(B, M_d)
+    Σ_d b_d + c·Σ_{j∈d} (p_j − b_d)⁺  ≥  b + c·max(E_d(b), M_d − b, a_d − v·b),   b = min(B, M_d)
 
 with a_d ≤ the group's time (Σ of its layers' A), M_d ≤ its largest chunk (whole blocks: at least ⌈n/v⌉ of
 them, or the embedding's chunk with what the other v − 1 chunks cannot hold, and at least a_d / v; memory may
-force more) and F_d the chunks at M_d in the most even cut where memory forces no more (else 1): every cut has at
-least that cut's excess (`_most_even`). Why: b_d lies in [min(B, largest chunk), B], the left side falls as
-b_d rises to the largest chunk, and the right side rises with a_d and M_d. The gradient sync enters as ω·g
-(max g ≥ Σ ω_d g_d, ω uniform or on one end), the sends as the P·v − 1 cheapest edges, resharding as 0. The block
-counts must add up: a min-plus convolution over the groups.
+force more) and E_d(b) = Σ_k (l_k − b)⁺ over the chunks l_k of the most even cut of its blocks (`_most_even`):
+every cut has at least that excess, whatever b (13 blocks in 6 chunks over a slot of 2.2 blocks: 1.6 blocks,
+where a − v·b sees 0.2). Why: b_d lies in [min(B, largest chunk), B], the left side falls as b_d rises to the
+largest chunk, and the right side rises with M_d. The gradient sync enters as ω·g (max g ≥ Σ ω_d g_d, ω uniform
+or on one end), and without a cut-off also as max g itself (`_capped_sync`: with H the largest sync, every
+group's g ≤ H, searched over H as over B); the sends as the P·v − 1 cheapest edges, resharding as 0. The block
+counts must add up: a min-plus convolution over the groups. On Nemotron-4 340B fp8 on 128 H100 (96 blocks, pp8)
+the bound of the pp8·v6 candidate is its optimum, 3.499 s (the weighted sync and the slot-wide excess put it at
+3.452 s), and that of pp8·v7 is 3.506 s, above it (3.495 s), so the search proves the optimum without v7's MILP.
 
 A split backward (zero bubble, ZBV, DualPipeV) is bounded the same way. Its TPI (solve.program.
 split_backward_tpi) is at least c times its v longest chunks X = min over B of v·B + Σ_j (p_j − B)⁺ (a chunk's
@@ -27,8 +31,8 @@ gives 79.89 s against an optimum of 79.94 s, where the bound by contents (solve.
 group its work but not how it falls into chunks, gives 78.05 s: there memory rewards putting the first group's
 blocks in its second chunk, which holds one micro-batch.
 
-As a function of B each group's bound is piecewise linear with breakpoints at M_d and where a_d − v·B meets
-F_d·(M_d − B) (`_breakpoints`), so between breakpoints the DP's value is a minimum of linear functions (concave)
+As a function of B each group's bound is piecewise linear with breakpoints at M_d, at the most even cut's chunk
+times and where its three terms meet (`_breakpoints`), so between breakpoints the DP's value is a minimum of linear functions (concave)
 and (c·v − 1)·B + DP(B) is least at a breakpoint, which `_least_over_slots` finds without trying them all.
 Memory: each group's bytes at the least micro-batches its chunks hold, its end layer's at the least of any
 strategy. The bound is about as strong as the
@@ -40,6 +44,7 @@ and GPT 1T candidates, so the UOP drops most losing interleaved candidates witho
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -52,6 +57,12 @@ from uniap.solve.reduce import Reduced, reduce_program, undominated
 
 PROBES = 24
 """Slot values at which the DP runs per round of refinement (each a min-plus convolution per group)."""
+SYNC_GAIN = 1 + 1e-3
+"""The sync is searched as max_d g_d (`_capped_sync`) only where that can raise the bound by more than this
+factor: llama2-70b's pp8·v4 candidate gains 0.003 % for 1 s; Nemotron-4 340B's pp8·v6 on 128 H100 gains 0.3 %,
+which proves its optimum."""
+SYNC_STEPS = 4
+"""Searches over the slots `_capped_sync` may run, each under a lower cap on the largest sync."""
 
 
 def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = None, contents: bool = False):
@@ -96,7 +107,7 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
     kept_of: dict[tuple, tuple] = {}  # groups of one kind whose M and counts that fit agree keep the same
     capacity = float(program.memory_capacity) * (1 + MEMORY_RTOL)
     for d, kind in enumerate(kind_of):
-        a, time_bound, g, even_largest, full, extra, largest, rates, byte_rates = kinds[kind]
+        a, time_bound, g, levels, counts, extra, largest, rates, byte_rates = kinds[kind]
         M = largest(program.group_inflight[d], capacity)  # inf where the group's bytes fit no cut into chunks
         fits = np.isfinite(M)
         if cutoff is not None:
@@ -119,35 +130,87 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
         profile, keep, M, fits, verdict = kept_of[key]
         if verdict is not None:  # no count fits its memory (inf), or none can beat the cut-off (capped there)
             return (verdict, None) if contents else verdict
-        # Where memory forces no chunk beyond the most even cut's largest, F chunks of that cut are that large,
-        # and every cut has at least their excess over a slot (`_slot_values`); elsewhere the forced largest, once.
-        even = M <= even_largest[keep] * (1 + 1e-9)
-        groups.append(((kind, profile), a[keep], np.where(even, even_largest[keep], M), g[keep], fits,
-                       np.where(even, full[keep], 1), extra[keep]))
+        # Every cut has at least the most even cut's excess over a slot, and at least its largest chunk's
+        # (`_slot_values`): M, or the most even cut's largest where that is more (no cut's is less).
+        levels_kept, counts_kept = levels[:, keep], counts[:, keep]
+        even_largest = np.where(counts_kept > 0, levels_kept, 0.0).max(axis=0)
+        groups.append(((kind, profile), a[keep], np.maximum(M, even_largest), g[keep], fits, levels_kept,
+                       counts_kept, extra[keep]))
         choices.append(np.flatnonzero(keep))
     windows = [_window(*group[1:]) for group in groups]
     slots = np.unique(np.concatenate([[0.0]] + [_breakpoints(v, *group[1:]) for group in groups]))
+    slope = pricing.slope(v)
+
+    def value(B, w, cap=math.inf):
+        costs, alike = [], {}
+        for x, (profile, *_), window in zip(w, groups, windows):
+            key = (profile, float(x))  # groups of one profile (kind, M, what fits) cost the same
+            if key not in alike:
+                alike[key] = _slot_cost(B, v, x, pricing, *_capped(window, cap))
+            costs.append(alike[key])
+        return slope * B + _chain_dp(costs, blocks) + sends
+
     best, best_at = -math.inf, None
     for omega in (np.full(P, 1.0 / P), np.eye(P)[0], np.eye(P)[P - 1]):
-        def value(B, w=omega):
-            costs, alike = [], {}
-            for x, (profile, *_), window in zip(w, groups, windows):
-                key = (profile, float(x))  # groups of one profile (kind, M, what fits) cost the same
-                if key not in alike:
-                    alike[key] = _slot_cost(B, v, x, pricing, *window[:6])
-                costs.append(alike[key])
-            return pricing.slope(v) * B + _chain_dp(costs, blocks) + sends
-        least, slot = _least_over_slots(slots, value, pricing.slope(v),
+        least, slot = _least_over_slots(slots, partial(value, w=omega), slope,
                                         None if cutoff is None else max(cutoff, best))
         if least > best:
-            best, best_at = least, (omega, slot)
+            best, best_at = least, (omega, slot, math.inf)
         if cutoff is not None and best >= cutoff:
             break
+    if cutoff is None:
+        least, at = _capped_sync(slots, value, slope, windows, P, v, pricing, blocks, best)
+        if least > best:
+            best, best_at = least, at
     if contents:
         at = None if cutoff is not None or best_at is None or best_at[1] is None or split else \
             _contents(program, reduced, kept, groups, choices, windows, blocks, pricing, *best_at)
         return best, at
     return best if cutoff is None else min(best, float(cutoff))
+
+
+def _capped(window: tuple, cap: float) -> tuple:
+    """A group's `_window` (less its rows) with the counts whose sync g exceeds `cap` priced at inf."""
+    lo, a, M, g, penalty, levels, counts = window[:7]
+    if cap < math.inf:
+        penalty = np.where(g <= cap, penalty, math.inf)
+    return lo, a, M, g, penalty, levels, counts
+
+
+def _capped_sync(slots: np.ndarray, value, slope: float, windows, P: int, v: int, pricing: Pricing, blocks: int,
+                 known: float) -> tuple[float, tuple | None]:
+    """The bound with the sync priced as max_d g_d itself, where the weights ω price Σ_d ω_d·g_d: a plan whose
+    largest group sync is H has every group's g ≤ H, so its TPI is at least H + D(H), D(H) the bound without sync
+    over the counts whose g ≤ H, which never rises with H. With uneven group sizes (Nemotron-4 340B on 128 H100,
+    pp8·v6: 12 or 13 blocks) the weighted sum sees the mean sync, 0.141 s, where the plan pays 0.152 s.
+
+    Searched downwards from H = ∞: where D(H) is least its contents' largest sync is G, so every H in [G, H]
+    costs at least G + D(H); the next H is the largest sync below G, and below the last one tried every H costs
+    at least the least sync plus its D. At most SYNC_STEPS searches over slots, each ending early where nothing
+    lower can improve the bound. Returns (bound, where it is attained: (ω = 0, slot, H)), or (known, None) where
+    it adds nothing."""
+    none = np.zeros(P)
+    syncs = np.unique(np.concatenate([window[3][np.isfinite(window[4])] for window in windows]))
+    if not len(syncs):
+        return known, None
+    cap, least, at = math.inf, math.inf, None
+    for _ in range(SYNC_STEPS):
+        cost, slot = _least_over_slots(slots, partial(value, w=none, cap=cap), slope, None)
+        if slot is None or not math.isfinite(cost):
+            least = min(least, syncs[0] + cost)
+            break
+        picks = _least_picks(windows, v, pricing, none, slot, cap, blocks)
+        top = max(window[3][pick] for window, pick in zip(windows, picks))
+        if top + cost < least:
+            least, at = top + cost, (none, slot, cap)
+        below = syncs[syncs < top * (1 - 1e-12)]
+        if not len(below) or syncs[0] + cost >= least or (cap == math.inf and least <= known * SYNC_GAIN):
+            least = min(least, syncs[0] + cost) if len(below) else least
+            break  # nothing below adds, or (at the first step) the weights' bound is as good
+        cap = float(below[-1])
+    else:
+        least = min(least, syncs[0] + cost)
+    return (least, at) if least > known else (known, None)
 
 
 def _least_over_slots(slots: np.ndarray, value, slope: float, cutoff: float | None) -> tuple[float, float | None]:
@@ -181,7 +244,7 @@ def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind
     """The choices of a group of `kind` (first, middle, last, or both: the embedding's and the head's, as under
     a V): its block strategy, and on the first and last group its end layer's strategy, against its block count
     n = 0..blocks: (a, M, g), each (choices, blocks + 1),
-    the largest chunk of the most even cut and how many chunks are that large (`_most_even`),
+    the chunk times of the most even cut and how many chunks take each ((3, choices, blocks + 1) twice: `_most_even`),
     and memory(held), its least bytes given the micro-batches each of its chunks holds (inf where n is too few
     to give every chunk a layer), and per choice the rates a, M and g grow with (block and end layer times and
     syncs). `kept`: (A, G, Ms, Ma) of the embedding's, the blocks' and the head's
@@ -205,7 +268,7 @@ def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind
             head, empty = tuple(float(table.min()) for table in kept[2][:5]), (v - 1,)
     at_least = v - (end_chunk is not None) - len(empty)  # chunks that hold a block
     shape = (len(t), len(x), len(n))  # (block strategy, end strategy, n)
-    even, full = _most_even(t, x if end_chunk is not None else None, blocks, v)
+    levels, counts = _most_even(t, x if end_chunk is not None else None, blocks, v)
     a = t[:, None, None] * n + x[None, :, None] + head[0]
     g = gk[:, None, None] * n + xg[None, :, None] + head[1]
     extra = pricing.forward * a + pricing.input * (it[:, None, None] * n + xi[None, :, None] + head[4])
@@ -267,8 +330,9 @@ def _group_terms(program: StageProgram, kept: list[tuple[np.ndarray, ...]], kind
                                                                    it[:, None], xi[None, :])]
     byte_rates = [np.broadcast_to(rate, shape[:2]).ravel() for rate in (ms[:, None], ma[:, None], xm[None, :],
                                                                         xa[None, :])]
-    return (*(np.broadcast_to(arr, shape).reshape(-1, len(n)) for arr in (a, largest, g, even, full, extra)),
-            largest_fitting, rates, byte_rates)
+    cut = [np.broadcast_to(arr, (3, *shape)).reshape(3, -1, len(n)) for arr in (levels, counts)]
+    return (*(np.broadcast_to(arr, shape).reshape(-1, len(n)) for arr in (a, largest, g)), *cut,
+            np.broadcast_to(extra, shape).reshape(-1, len(n)), largest_fitting, rates, byte_rates)
 
 
 def _least_held(held: np.ndarray, n: np.ndarray, caps: np.ndarray, end_cap: np.ndarray,
@@ -326,23 +390,41 @@ def _kept(reduced: Reduced, run, end: bool) -> tuple[np.ndarray, ...]:
             np.flatnonzero(keep))
 
 
-def _window(a, M, g, fits, full, extra) -> tuple:
-    """(first block count, a, M, g, penalty, full, rows) of a group over the window of counts where some choice
-    fits and the choices that fit one of them (`rows`, their indices); penalty is the group's bubble share
+def _window(a, M, g, fits, levels, counts, extra) -> tuple:
+    """(first block count, a, M, g, penalty, levels, counts, rows) of a group over the window of counts where some
+    choice fits and the choices that fit one of them (`rows`, their indices); penalty is the group's bubble share
     `extra` where a choice fits a count and inf where not."""
     held = np.flatnonzero(fits.any(axis=0))
     lo, hi = int(held[0]), int(held[-1]) + 1
     rows = fits[:, lo:hi].any(axis=1)
-    a, M, g, fits, full, extra = (arr[rows, lo:hi] for arr in (a, M, g, fits, full, extra))
-    return lo, a, M, g, np.where(fits, extra, math.inf), full, np.flatnonzero(rows)
+    a, M, g, fits, extra = (arr[rows, lo:hi] for arr in (a, M, g, fits, extra))
+    levels, counts = (arr[:, rows, lo:hi] for arr in (levels, counts))
+    return lo, a, M, g, np.where(fits, extra, math.inf), levels, counts, np.flatnonzero(rows)
 
 
-def _breakpoints(v: int, a, M, g, fits, full, extra) -> np.ndarray:
-    """The slots where a group's bound (`_slot_values`) changes slope, over the counts that fit: M, and where
-    a − v·b meets F·(M − b)."""
+def _breakpoints(v: int, a, M, g, fits, levels, counts, extra) -> np.ndarray:
+    """The slots where a group's bound (`_slot_values`) changes slope, over the counts that fit: M, the most
+    even cut's chunk times, where a − v·b meets M − b, and where the most even cut's excess meets either."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        meet = (a - full * M) / (v - full)
-    return np.concatenate([M[fits], np.maximum(meet[fits & (full < v)], 0.0)])
+        meet = (a - M) / (v - 1)
+    return np.concatenate([M[fits], levels[(counts > 0) & fits[None]], np.maximum(meet[fits], 0.0),
+                           _crossings(levels[:, fits], counts[:, fits], M[fits], 1.0),
+                           _crossings(levels[:, fits], counts[:, fits], a[fits], float(v))])
+
+
+def _crossings(levels: np.ndarray, counts: np.ndarray, alpha: np.ndarray, beta: float) -> np.ndarray:
+    """The slots b ≥ 0 where a cut's excess Σ_i counts_i·(levels_i − b)⁺ (levels (3, n)) meets the line
+    alpha − beta·b: on the stretch below the i-th highest level the excess is S_i − k_i·b, k_i the chunks above
+    and S_i their total, so the line meets it at (S_i − alpha)/(k_i − beta) if that lies on the stretch."""
+    order = np.argsort(-levels, axis=0)
+    high, many = np.take_along_axis(levels, order, axis=0), np.take_along_axis(counts, order, axis=0)
+    above, total = np.cumsum(many, axis=0), np.cumsum(many * high, axis=0)
+    below = np.concatenate([high[1:], np.zeros((1, high.shape[1]))])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        at = (total - alpha[None]) / (above - beta)
+    tol = 1e-12 * np.maximum(np.abs(high), 1e-30)
+    real = np.isfinite(at) & (at >= below - tol) & (at <= high + tol) & (at >= 0) & (many > 0)
+    return at[real]
 
 
 class Pricing(NamedTuple):
@@ -391,41 +473,50 @@ def _pricing(program: StageProgram) -> Pricing:
 
 
 def _slot_cost(B: np.ndarray, v: int, omega: float, pricing: Pricing, lo: int, a, M, g, penalty,
-               full) -> tuple[int, np.ndarray]:
+               levels, counts) -> tuple[int, np.ndarray]:
     """(first block count, (len(B), counts)): the least bound of the group over its choices, at each slot B and
     each block count it can hold (its `_window`: outside it nothing fits)."""
-    return lo, _slot_values(B, v, omega, pricing, a, M, g, penalty, full).min(axis=1)
+    return lo, _slot_values(B, v, omega, pricing, a, M, g, penalty, levels, counts).min(axis=1)
 
 
-def _slot_values(B: np.ndarray, v: int, omega: float, pricing: Pricing, a, M, g, penalty, full) -> np.ndarray:
-    """(len(B), choices, counts): the group's bound under each choice, own·b + rate·max(a − v·b, F·(M − b)) +
-    ω·g + penalty (`Pricing`; interleaved 1F1B: b + c·max(…) + ω·g) with b = min(B, M), M a least largest chunk
-    and F chunks at least that large in every cut (`_slot_cost`); the penalty (`_window`) holds a split
-    backward's bubble share.
-
-    F > 1 where memory forces no chunk beyond the most even cut's largest: whole blocks then put F chunks at it,
-    each over a slot below it (12 blocks in 7 chunks put 2 in five, each over a slot of 1.8 blocks, where
-    a − v·b sees none over), and every cut has at least that cut's excess (`_most_even`)."""
+def _slot_values(B: np.ndarray, v: int, omega: float, pricing: Pricing, a, M, g, penalty, levels,
+                 counts) -> np.ndarray:
+    """(len(B), choices, block counts): the group's bound under each choice, own·b + rate·E + ω·g + penalty
+    (`Pricing`; interleaved 1F1B: b + c·E + ω·g) with b = min(B, M), M a least largest chunk, and E at least
+    the excess over b of every cut the group can take: at least its largest chunk's, M − b, at least the most
+    even cut's (`_most_even`: whole blocks, `levels` and how many chunks are at each), and at least a − v·b (a
+    group holding both ends, whose head is not in that cut); the penalty (`_window`) holds a split backward's
+    bubble share. 13 blocks in 6 chunks over a slot of 2.2 blocks have an excess of 1.6 blocks (two chunks of 3),
+    where a − v·b sees 0.2."""
     rate, own = pricing.rate, pricing.own
     b = np.minimum(B[:, None, None], M[None])
-    # own·b + rate·max(a − v·b, F·(M − b)) = rate·max(a − (v − F)·b, F·M) + (own − rate·F)·b, in place
-    value = b * (full - float(v))[None]
-    value += a[None]
-    np.maximum(value, (full * M)[None], out=value)
-    value *= rate
-    b *= (own - rate * full)[None]
-    value += b
-    value += omega * g + penalty
-    return value
+    excess = np.subtract(M[None], b)
+    part = np.multiply(b, -float(v))
+    part += a[None]
+    np.maximum(excess, part, out=excess)
+    even = np.zeros_like(b)
+    for level, count in zip(levels, counts):
+        if not count.any():
+            continue
+        np.subtract(level[None], b, out=part)
+        np.maximum(part, 0.0, out=part)
+        part *= count[None]
+        even += part
+    np.maximum(excess, even, out=excess)
+    excess *= rate
+    b *= own
+    excess += b
+    excess += omega * g + penalty
+    return excess
 
 
 def _most_even(t: np.ndarray, x: np.ndarray | None, blocks: int, v: int) -> tuple[np.ndarray, np.ndarray]:
-    """(K, E, blocks + 1) twice: the largest chunk time of the most even cut of n = 0..blocks blocks of time t (per
+    """(3, K, E, blocks + 1) twice: the chunk times of the most even cut of n = 0..blocks blocks of time t (per
     block strategy) into v chunks, the first also holding an end layer of time x (per end strategy; None: a
-    middle group), and how many of its chunks take that time. The cut: each block in turn to the least loaded
-    chunk (ties to the first). For identical blocks it is majorised by every other cut (the greedy is optimal for
-    every separable convex cost), so no cut has a smaller largest chunk and every cut's Σ_k (l_k − b)⁺ is at
-    least its own, at least count·(largest − b) below it (`_slot_values`).
+    middle group), and how many of its chunks take each: the first chunk, and the others at q + 1 and q blocks.
+    The cut: each block in turn to the least loaded chunk (ties to the first). For identical blocks it is
+    majorised by every other cut (the greedy is optimal for every separable convex cost), so no cut has a
+    smaller largest chunk and every cut's Σ_k (l_k − b)⁺ is at least its own (`_slot_values`).
 
     Closed form: the greedy takes the n lowest starting levels, k·t in each of the other v − 1 chunks and x + k·t
     in the first. Below ⌊x/t⌋·t only the others' levels lie; past it each span of t holds v of them, the first
@@ -443,11 +534,14 @@ def _most_even(t: np.ndarray, x: np.ndarray | None, blocks: int, v: int) -> tupl
     later = np.maximum(n - (v - 1) * whole, 0.0)
     m = np.where(timed, np.floor(later / v) + (leads & (later % v > 0)), 0.0)
     q, r = np.floor((n - m) / (v - 1)), (n - m) % (v - 1)
-    first, other = X + m * T, (q + (r > 0)) * T  # the first chunk; the others' largest (r of them, or all)
-    largest = np.maximum(first, other)
-    at = largest * (1 - 1e-12)
-    count = (first >= at) + np.where(other >= at, np.where(r > 0, r, v - 1), 0)
-    return largest, count
+    shape = np.broadcast_shapes(T.shape, X.shape, n.shape)
+    levels = np.stack([np.broadcast_to(level, shape) for level in (X + m * T, (q + 1) * T, q * T)])
+    counts = np.stack([np.ones(shape), np.broadcast_to(r, shape), np.broadcast_to(v - 1 - r, shape)])
+    if x is None:  # a middle group's first chunk is one of the others: two levels (`_slot_values` skips the third)
+        counts[1] += m == q + 1
+        counts[2] += m != q + 1
+        levels[0], counts[0] = 0.0, 0.0
+    return levels, counts
 
 
 def _chain_dp(costs: list[tuple[int, np.ndarray]], blocks: int) -> np.ndarray:
@@ -474,35 +568,47 @@ def _chain_dp(costs: list[tuple[int, np.ndarray]], blocks: int) -> np.ndarray:
 
 
 def _contents(program: StageProgram, reduced: Reduced, kept, groups, choices, windows, blocks: int,
-              pricing: Pricing, omega: np.ndarray, B: float) -> list[np.ndarray] | None:
-    """The group contents where the bound is least at slot B (weights `omega`): each group's block count and
-    choice, backtracked through the chain DP; per run, counts over its kept strategies (None if the DP is
+              pricing: Pricing, omega: np.ndarray, B: float, cap: float) -> list[np.ndarray] | None:
+    """The group contents where the bound is least at slot B (weights `omega`, syncs at most `cap`): each
+    group's block count and choice (`_least_picks`); per run, counts over its kept strategies (None if the DP is
     empty)."""
-    P, v = program.pipeline_degree, program.virtual_stages
+    picks = _least_picks(windows, v=program.virtual_stages, pricing=pricing, omega=omega, B=B, cap=cap,
+                         blocks=blocks)
+    if picks is None:
+        return None
+    counts = [np.zeros((program.pipeline_degree, len(run.keep)), dtype=int) for run in reduced.runs]
+    for d, (window, (row, at)) in enumerate(zip(windows, picks)):
+        kind = groups[d][0][0]
+        ends = 1 if kind == "middle" else len(kept[0 if kind == "first" else 2][0])
+        block, end = divmod(int(choices[d][window[-1][row]]), ends)  # the kind's choice: block × end strategy
+        counts[1][d, kept[1][5][block]] = window[0] + at
+        if kind != "middle":
+            r = 0 if kind == "first" else 2
+            counts[r][d, kept[r][5][end]] = 1
+    return counts
+
+
+def _least_picks(windows, v: int, pricing: Pricing, omega: np.ndarray, B: float, cap: float,
+                 blocks: int) -> list[tuple[int, int]] | None:
+    """Per group, (row of its window, count less the window's first) where the chain DP at slot B is least,
+    backtracked through it; None if it is empty."""
     F = np.zeros(1)  # F[n]: the least cost of the groups so far holding n blocks
-    picks = []
-    for x, (lo, *window, rows) in zip(omega, windows):
-        values = _slot_values(np.array([B]), v, float(x), pricing, *window)[0]  # (choices, counts)
+    steps = []
+    for x, window in zip(omega, windows):
+        lo, *priced = _capped(window, cap)
+        values = _slot_values(np.array([B]), v, float(x), pricing, *priced)[0]  # (choices, counts)
         cost, choice = values.min(axis=0), values.argmin(axis=0)
         n = np.arange(min(len(F) + lo + len(cost) - 1, blocks + 1))
         before = n[:, None] - lo - np.arange(len(cost))[None, :]  # what the groups before hold
         total = np.where((before >= 0) & (before < len(F)), F[np.clip(before, 0, len(F) - 1)] + cost[None, :],
                          math.inf)
         k = total.argmin(axis=1)
-        picks.append((lo, k, rows[choice], before[np.arange(len(n)), k]))
+        steps.append((k, choice, before[np.arange(len(n)), k]))
         F = total[np.arange(len(n)), k]
     if len(F) <= blocks or not math.isfinite(F[blocks]):
         return None
-    counts = [np.zeros((P, len(run.keep)), dtype=int) for run in reduced.runs]
-    n = blocks
-    for d in reversed(range(P)):
-        lo, k, row, before = picks[d]
-        kind = groups[d][0][0]
-        ends = 1 if kind == "middle" else len(kept[0 if kind == "first" else 2][0])
-        block, end = divmod(int(choices[d][row[k[n]]]), ends)  # the kind's choice: block × end strategy
-        counts[1][d, kept[1][5][block]] = lo + k[n]
-        if kind != "middle":
-            r = 0 if kind == "first" else 2
-            counts[r][d, kept[r][5][end]] = 1
+    picks, n = [], blocks
+    for k, choice, before in reversed(steps):
+        picks.append((int(choice[k[n]]), int(k[n])))
         n = int(before[n])
-    return counts
+    return picks[::-1]
