@@ -134,11 +134,21 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
         # (`_slot_values`): M, or the most even cut's largest where that is more (no cut's is less).
         levels_kept, counts_kept = levels[:, keep], counts[:, keep]
         even_largest = np.where(counts_kept > 0, levels_kept, 0.0).max(axis=0)
+        if cutoff is not None:
+            # Pruning against a cut-off prices the largest chunks alone, F of them at the most even cut's
+            # largest where memory forces no more (else the forced one): a third of the work per slot, and
+            # most candidates it meets are far from the cut-off. The exact bound prices the whole cut.
+            top = levels_kept >= even_largest[None] * (1 - 1e-12)
+            full = np.where(M > even_largest * (1 + 1e-9), 1.0, (counts_kept * top).sum(axis=0))
+            none = np.zeros_like(full)
+            levels_kept = np.stack([np.maximum(M, even_largest), none, none])
+            counts_kept = np.stack([full, none, none])
         groups.append(((kind, profile), a[keep], np.maximum(M, even_largest), g[keep], fits, levels_kept,
                        counts_kept, extra[keep]))
         choices.append(np.flatnonzero(keep))
     windows = [_window(*group[1:]) for group in groups]
-    slots = np.unique(np.concatenate([[0.0]] + [_breakpoints(v, *group[1:]) for group in groups]))
+    slots = np.unique(np.concatenate([[0.0]] + [_breakpoints(v, *group[1:], whole=cutoff is None)
+                                                for group in groups]))
     slope = pricing.slope(v)
 
     def value(B, w, cap=math.inf):
@@ -158,7 +168,8 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
             best, best_at = least, (omega, slot, math.inf)
         if cutoff is not None and best >= cutoff:
             break
-    if cutoff is None:
+    if cutoff is None and best_at is not None and best_at[1] is not None and \
+            _sync_spread(windows, v, pricing, blocks, *best_at) > best * (SYNC_GAIN - 1):
         least, at = _capped_sync(slots, value, slope, windows, P, v, pricing, blocks, best)
         if least > best:
             best, best_at = least, at
@@ -167,6 +178,16 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
             _contents(program, reduced, kept, groups, choices, windows, blocks, pricing, *best_at)
         return best, at
     return best if cutoff is None else min(best, float(cutoff))
+
+
+def _sync_spread(windows, v: int, pricing: Pricing, blocks: int, omega: np.ndarray, B: float, cap: float) -> float:
+    """How much more than the weights ω charged the contents where the bound is least pay for their largest
+    sync: where that is nothing much, pricing the largest sync as itself (`_capped_sync`) is not tried."""
+    picks = _least_picks(windows, v, pricing, omega, B, cap, blocks)
+    if picks is None:
+        return 0.0
+    syncs = np.array([window[3][pick] for window, pick in zip(windows, picks)])
+    return float(syncs.max() - omega @ syncs)
 
 
 def _capped(window: tuple, cap: float) -> tuple:
@@ -402,14 +423,17 @@ def _window(a, M, g, fits, levels, counts, extra) -> tuple:
     return lo, a, M, g, np.where(fits, extra, math.inf), levels, counts, np.flatnonzero(rows)
 
 
-def _breakpoints(v: int, a, M, g, fits, levels, counts, extra) -> np.ndarray:
-    """The slots where a group's bound (`_slot_values`) changes slope, over the counts that fit: M, the most
-    even cut's chunk times, where a − v·b meets M − b, and where the most even cut's excess meets either."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        meet = (a - M) / (v - 1)
-    return np.concatenate([M[fits], levels[(counts > 0) & fits[None]], np.maximum(meet[fits], 0.0),
-                           _crossings(levels[:, fits], counts[:, fits], M[fits], 1.0),
-                           _crossings(levels[:, fits], counts[:, fits], a[fits], float(v))])
+def _breakpoints(v: int, a, M, g, fits, levels, counts, extra, whole: bool = True) -> np.ndarray:
+    """The slots where a group's bound (`_slot_values`) changes slope, over the counts that fit: M, the cut's
+    chunk times, where its excess meets a − v·b, and (`whole`: the most even cut priced whole) where a − v·b
+    meets M − b and the excess meets M − b."""
+    found = [M[fits], levels[(counts > 0) & fits[None]],
+             _crossings(levels[:, fits], counts[:, fits], a[fits], float(v))]
+    if whole:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            meet = (a - M) / (v - 1)
+        found += [np.maximum(meet[fits], 0.0), _crossings(levels[:, fits], counts[:, fits], M[fits], 1.0)]
+    return np.concatenate(found)
 
 
 def _crossings(levels: np.ndarray, counts: np.ndarray, alpha: np.ndarray, beta: float) -> np.ndarray:

@@ -169,10 +169,11 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
         bound = bound if by_contents is None else max(bound, by_contents)
         if program.virtual_stages > 1 and (cutoff is None or bound < cutoff):
             # whole blocks per chunk over a level (~0.02 s), where the contents' bound charges only the work;
-            # in the "bound" phase exact (~0.1 s), as the candidate waits in the queue with it: cut off early,
-            # it may stop at a slot well below its least (Korthikanti's 530B with dp8: ZB pp35·v3 at 37.85 s
-            # where its bound is 38.55 s, over the winner's 38.36 s, whose MILP then ran 42 s)
-            by_group = group_bound(program, folded(), None if phase == "bound" else cutoff)
+            # in the "bound" phase exact (~0.1 s), as the candidate waits in the queue with it: cut off, the
+            # bound stops at the first slot below the cut-off, and may rank the candidate far too early
+            # (Nemotron-4 340B fp8 on 128 H100: ZB pp16·v3, whose exact bound is above the winner, ran its
+            # 15 s chunk MILP)
+            by_group = group_bound(program, folded(), cutoff)
             bound = bound if by_group is None else max(bound, by_group)
         if phase == "bound" and by_contents is not None and (cutoff is None or bound < cutoff) \
                 and bound < math.inf:
