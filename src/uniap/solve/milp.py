@@ -168,11 +168,7 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
         by_contents = split_group_bound(program, bound, cutoff)
         bound = bound if by_contents is None else max(bound, by_contents)
         if program.virtual_stages > 1 and (cutoff is None or bound < cutoff):
-            # whole blocks per chunk over a level (~0.02 s), where the contents' bound charges only the work;
-            # in the "bound" phase exact (~0.1 s), as the candidate waits in the queue with it: cut off, the
-            # bound stops at the first slot below the cut-off, and may rank the candidate far too early
-            # (Nemotron-4 340B fp8 on 128 H100: ZB pp16·v3, whose exact bound is above the winner, ran its
-            # 15 s chunk MILP)
+            # whole blocks per chunk over a level (~0.02 s), where the contents' bound charges only the work
             by_group = group_bound(program, folded(), cutoff)
             bound = bound if by_group is None else max(bound, by_group)
         if phase == "bound" and by_contents is not None and (cutoff is None or bound < cutoff) \
@@ -228,7 +224,7 @@ def _linear(program, reduced, backend_cls, deadline, cutoff, mip_gap, phase=None
     """Sub-tour cut loop. Returns (status, plan, lower bound in seconds); status "optimal" only when the last MILP
     was solved to optimality and its point needed no repair, or when its plan attains `known` (a proven bound:
     the MILP stops at the first point that reaches it, where proving it again could take longer than finding
-    it: Nemotron-4 340B's pp8·v6 on 128 H100 takes 16 s to prove the plan its group bound attains, 2 s to find
+    it: Nemotron-4 340B's pp8·v6 on 128 H100 took 16 s to prove the plan its group bound attains, 8 s to find
     it); "deferred" (in `phase` "relaxation") where the device-group MILPs leave the program to the chunk MILP."""
     if any(len(run.keep) == 0 for run in reduced.runs):
         return "infeasible", None, math.inf
