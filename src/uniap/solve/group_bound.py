@@ -218,19 +218,19 @@ def _capped_sync(slots: np.ndarray, value, slope: float, windows, P: int, v: int
     for _ in range(SYNC_STEPS):
         cost, slot = _least_over_slots(slots, partial(value, w=none, cap=cap), slope, None)
         if slot is None or not math.isfinite(cost):
-            least = min(least, syncs[0] + cost)
             break
         picks = _least_picks(windows, v, pricing, none, slot, cap, blocks)
         top = max(window[3][pick] for window, pick in zip(windows, picks))
         if top + cost < least:
             least, at = top + cost, (none, slot, cap)
         below = syncs[syncs < top * (1 - 1e-12)]
-        if not len(below) or syncs[0] + cost >= least or (cap == math.inf and least <= known * SYNC_GAIN):
-            least = min(least, syncs[0] + cost) if len(below) else least
+        if not len(below):
+            cost = math.inf  # no sync lies below: nothing is left to floor
+            break
+        if syncs[0] + cost >= least or (cap == math.inf and least <= known * SYNC_GAIN):
             break  # nothing below adds, or (at the first step) the weights' bound is as good
         cap = float(below[-1])
-    else:
-        least = min(least, syncs[0] + cost)
+    least = min(least, syncs[0] + cost)  # every sync below the last cap tried costs at least the least one + D
     return (least, at) if least > known else (known, None)
 
 
