@@ -141,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, config in models(Path(args.out_dir), list(runs)):
             out = Path(args.out_dir) / f"run-{i + 1}" / name
             if args.score_only:
+                if not (out / "demo.json").exists():
+                    raise SystemExit(f"--score-only: no run in {out} (it scores runs 1..--repeat of each model)")
                 result = json.loads((out / "demo.json").read_text())
             else:
                 before, started = others_cpu_seconds(), time.perf_counter()

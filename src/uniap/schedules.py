@@ -10,7 +10,7 @@ A schedule says
   its forward to the end of its backward: "B", or "W" when the backward is split), derived from `order`;
 - `torch_class`: the `torch.distributed.pipelining` class the runtime builds;
 - `exports`: the schedule's name in each engine the plan can be exported to (absent: that engine lacks it);
-- `simulate_order` (below): the event simulation of any schedule's order.
+- `simulate_order` (below): the event simulation of any schedule's order; `simulate_shared` the same on shared cores.
 The time per iteration lives with the solver (`solve.program`): a closed form for each schedule, which the MILP
 encodes; a schedule that splits the backward states its fill-and-drain term on equal chunks (`bubble`),
 from which `solve.program` bounds it on any chunks.
@@ -552,9 +552,8 @@ def simulate_order(schedule: Schedule, stages: int, micro_batches: int, virtual_
     directions). Each stage runs the chunks its order names (`stage_of_chunk`). Returns the operations in the order
     they were placed."""
     P, v = stages, chunks_per_stage(schedule, virtual_stages)
-    S = P * v
     orders = [schedule.order(i, P, micro_batches, v) for i in range(P)]
-    done: dict[tuple[str, int, int], float] = {}
+    ops = _Ops(P * v, fwd, bwd, wgt, send)
     free, nxt, out = [0.0] * P, [0] * P, []
     remaining = sum(len(x) for x in orders)
     while remaining:
@@ -562,20 +561,11 @@ def simulate_order(schedule: Schedule, stages: int, micro_batches: int, virtual_
         for i in range(P):
             while nxt[i] < len(orders[i]):
                 kind, j, m = orders[i][nxt[i]]
-                if kind == "F":
-                    dep = 0.0 if j == 0 else done.get(("F", j - 1, m))
-                    ready = None if dep is None else dep + (send[j - 1] / 2 if j else 0.0)
-                    length = fwd[j]
-                elif kind == "W":
-                    ready, length = done.get(("I", j, m)), min(wgt[j], bwd[j])
-                else:
-                    dep = done.get(("F", j, m)) if j == S - 1 else done.get(("I", j + 1, m), done.get(("B", j + 1, m)))
-                    ready = None if dep is None else dep + (send[j] / 2 if j < S - 1 else 0.0)
-                    length = bwd[j] - (min(wgt[j], bwd[j]) if kind == "I" else 0.0)
+                ready, length = ops.ready(kind, j, m), ops.length(kind, j)
                 if ready is None:
                     break
                 start = max(free[i], ready)
-                done[(kind, j, m)] = free[i] = start + length
+                ops.done[(kind, j, m)] = free[i] = start + length
                 out.append(Ran(i, kind, j, m, start, start + length))
                 nxt[i] += 1
                 remaining -= 1
@@ -583,3 +573,69 @@ def simulate_order(schedule: Schedule, stages: int, micro_batches: int, virtual_
         if not progressed:
             raise UniapError(f"the {schedule.name} order deadlocked (P={P}, c={micro_batches}, v={v})")
     return out
+
+
+def simulate_shared(schedule: Schedule, stages: int, micro_batches: int, virtual_stages: int, fwd, bwd, wgt, send,
+                    slowdown) -> float:
+    """`simulate_order`'s pipeline when the stages share their hosts' cores: while n stages compute at once, each
+    progresses at 1/slowdown(n) of its speed alone (a fair-share scheduler on CPU cores; sends and waits use no
+    core). `fwd`, `bwd`, `wgt` are times alone. Returns the makespan. With slowdown ≡ 1 it is
+    `simulate_order`'s."""
+    P, v = stages, chunks_per_stage(schedule, virtual_stages)
+    orders = [schedule.order(i, P, micro_batches, v) for i in range(P)]
+    ops = _Ops(P * v, fwd, bwd, wgt, send)
+    nxt = [0] * P
+    running: list[list | None] = [None] * P  # [op, work left (seconds alone)]
+    now, remaining = 0.0, sum(len(x) for x in orders)
+    while remaining:
+        arrivals = []
+        for i in range(P):
+            if running[i] is None and nxt[i] < len(orders[i]):
+                op = orders[i][nxt[i]]
+                ready = ops.ready(*op)
+                if ready is not None and ready <= now:
+                    running[i] = [op, ops.length(op[0], op[1])]
+                    nxt[i] += 1
+                elif ready is not None:
+                    arrivals.append(ready)
+        busy = [i for i in range(P) if running[i] is not None]
+        if not busy:
+            if not arrivals:
+                raise UniapError(f"the {schedule.name} order deadlocked (P={P}, c={micro_batches}, v={v})")
+            now = min(arrivals)
+            continue
+        rate = 1.0 / slowdown(len(busy))
+        step = min(min(running[i][1] for i in busy) / rate, min(arrivals, default=np.inf) - now)
+        now += step
+        for i in busy:
+            running[i][1] -= step * rate
+            if running[i][1] <= 1e-12 * (1.0 + now):
+                ops.done[running[i][0]] = now
+                running[i] = None
+                remaining -= 1
+    return now
+
+
+class _Ops:
+    """The dependencies and lengths of a pipeline's operations (`simulate_order`), and when each has finished."""
+
+    def __init__(self, chunks: int, fwd, bwd, wgt, send):
+        self.S, self.fwd, self.bwd, self.wgt, self.send = chunks, fwd, bwd, wgt, send
+        self.done: dict[tuple[str, int, int], float] = {}
+
+    def ready(self, kind: str, j: int, m: int) -> float | None:
+        """When the input of `kind` of chunk j for micro-batch m has arrived (None: not yet known)."""
+        done, send, S = self.done, self.send, self.S
+        if kind == "F":
+            dep = 0.0 if j == 0 else done.get(("F", j - 1, m))
+            return None if dep is None else dep + (send[j - 1] / 2 if j else 0.0)
+        if kind == "W":
+            return done.get(("I", j, m))
+        dep = done.get(("F", j, m)) if j == S - 1 else done.get(("I", j + 1, m), done.get(("B", j + 1, m)))
+        return None if dep is None else dep + (send[j] / 2 if j < S - 1 else 0.0)
+
+    def length(self, kind: str, j: int) -> float:
+        if kind == "F":
+            return self.fwd[j]
+        weight = min(self.wgt[j], self.bwd[j])
+        return weight if kind == "W" else self.bwd[j] - (weight if kind == "I" else 0.0)

@@ -16,7 +16,8 @@ from uniap.profile import SCHEMA, calibrate, load_profile
 from uniap.profile.calibration import (
     concurrency_scale,
     measured_layer_cost,
-    pipeline_scale,
+    pipeline_overhead,
+    pipeline_sharing,
 )
 from uniap.profile.schema import signature_id
 from uniap.spec.cluster import load_cluster
@@ -222,33 +223,54 @@ def test_unprofiled_strategies_fall_back_to_the_fitted_device(path):
     assert np.all(program.A[program.allowed] > 0)
 
 
-def test_pipeline_scale_models_shared_cores_and_pipeline_overhead():
+def test_concurrency_scale_models_shared_cores():
     cpu = load_cluster("cpu:1x4")
     own = calibrate(cpu, synthetic_profile(TINY, SEQ, 4, cores=4))
     assert concurrency_scale(own, 4, 8) == 1.0  # every rank had its own core: nothing to correct
     shared = calibrate(cpu, synthetic_profile(TINY, SEQ, 4, cores=2))
     assert concurrency_scale(shared, 1, 8) == 1.0
-    # 4 ranks measured on 2 cores: 2x slower than alone. 4 stages, 8 micro-batches: 4·8/11 = 2.9 ranks busy on
-    # average -> 1.45x slower than alone
-    assert concurrency_scale(shared, 4, 8) == pytest.approx((32 / 11 / 2) / 2)
+    # 4 ranks measured on 2 cores: 2x slower than alone. Two stages of two ranks: one stage busy computes alone,
+    # both busy share, so the slowdown is linear in the busy count and its mean is exact: 2·4/5 stages busy of
+    # c = 4 slots in 5 -> 3.2 ranks, 1.6x alone
+    assert concurrency_scale(shared, 2, 4) == pytest.approx((3.2 / 2) / 2)
+    # four stages of one rank: 1 or 2 busy cost nothing, 3 and 4 share. The mean (4·8/11 = 2.9 ranks, 1.45x)
+    # understates it; the simulation of 1F1B's order is slower, and below all four busy
+    assert (32 / 11 / 2) / 2 < concurrency_scale(shared, 4, 8) < 1.0
     assert concurrency_scale(shared, 4, 64) > concurrency_scale(shared, 4, 8)  # long pipelines keep all busy
-    assert concurrency_scale(shared, 4, 2) == pytest.approx(0.5)  # 1.6 ranks busy: no sharing at all
-    # interleaved, v = 2: 16 chunk slots of 19 busy -> 4·16/19 = 3.4 ranks busy, more than 1F1B's 2.9
-    assert concurrency_scale(shared, 4, 8, 2) == pytest.approx((64 / 19 / 2) / 2)
+    assert concurrency_scale(shared, 4, 2) == pytest.approx(0.5)  # never more than 2 ranks busy: no sharing
     gpu = synthetic_profile(TINY, SEQ, 4, cores=2)
     gpu["device"]["kind"] = "cuda"
     assert concurrency_scale(calibrate(load_cluster("a100-80g:1x4"), gpu), 4, 8) == 1.0
+
+
+def test_pipeline_sharing_is_the_simulated_schedule_on_shared_cores():
+    """A fair-share scheduler, simulated by hand for 1F1B on 4 one-rank stages, 4 micro-batches, 2 cores (F = 1,
+    B = 2 alone): the shared run is 1.29x its time alone; 4·4/7 = 2.3 ranks busy on average said 1.14x."""
+    from uniap.schedules import schedule_named, simulate_shared
+
+    shared = calibrate(load_cluster("cpu:1x4"), synthetic_profile(TINY, SEQ, 4, cores=2))
+    alone = simulate_shared(schedule_named("1f1b"), 4, 4, 1, [1.0] * 4, [2.0] * 4, [1.0] * 4, [0.0] * 3,
+                            lambda n: 1.0)
+    assert alone == pytest.approx((4 + 3) * 3)  # (c + P − 1)(F + B)
+    both = simulate_shared(schedule_named("1f1b"), 4, 4, 1, [1.0] * 4, [2.0] * 4, [1.0] * 4, [0.0] * 3,
+                           lambda n: max(1.0, n / 2))
+    assert pipeline_sharing(shared, 4, 4) == pytest.approx(both / alone)
+    assert both / alone == pytest.approx(1.2857, abs=1e-3)
+    assert pipeline_sharing(shared, 1, 4) == 2.0  # one stage: every rank always busy
+    # interleaving fills the pipeline: more of the step with every rank busy
+    assert pipeline_sharing(shared, 4, 8, 2, "interleaved-1f1b") > pipeline_sharing(shared, 4, 8)
+
+
+def test_the_pipeline_slot_cost_is_slowed_like_the_stages():
     fastest = np.full(6, 0.01)
-    overhead = calibrate(cpu, synthetic_profile(TINY, SEQ, 4, per_slot=0.005))
-    # ε = 5 ms per slot on stages of 6·10 ms / 2 = 30 ms: +1/6
-    assert pipeline_scale(overhead, 2, 4, fastest) == pytest.approx(1 + 0.005 / 0.03)
-    assert pipeline_scale(overhead, 1, 4, fastest) == 1.0
-    # interleaved, v = 3: every micro-batch passes 3 slots of 10 ms per stage, ε on each
-    assert pipeline_scale(overhead, 2, 4, fastest, 3) == pytest.approx(1 + 3 * 0.005 / 0.03)
+    shared = calibrate(load_cluster("cpu:1x4"), synthetic_profile(TINY, SEQ, 4, cores=2, per_slot=0.005))
+    sharing = pipeline_sharing(shared, 4, 8)
+    assert pipeline_overhead(shared, 4, 8, fastest).sum() == pytest.approx(4 * 0.005 * sharing)
 
 
 def test_interleaving_reaches_the_measured_adjustment():
-    # 4 ranks on 2 cores, P = 2, c = 4: 3.2 ranks busy under 1F1B, 4·8/9 = 3.56 with v = 2 (8 chunk slots of 9)
+    # 4 ranks on 2 cores, P = 2, c = 4: 3.2 ranks busy under 1F1B, 4·8/9 = 3.56 with v = 2 (8 chunk slots of 9);
+    # two stages of two ranks share linearly in the busy count, so the means are exact
     shared = calibrate(load_cluster("cpu:1x4"), synthetic_profile(TINY, SEQ, 4, cores=2))
     plain = build_program(MODEL, shared, FP32, 2, 4, [Strategy(2, 1)])
     interleaved = build_program(MODEL, shared, FP32, 2, 4, [Strategy(2, 1)], "interleaved-1f1b", 2)
@@ -292,19 +314,18 @@ def test_planning_with_a_profile_needs_no_torch(path):
 def test_the_pipeline_slot_cost_is_added_once_per_stage_whatever_the_strategy():
     """Issue 24: ε per slot is a time, not a factor: a tensor-parallel stage 5x slower than the fastest carries the
     same ε as a data-parallel one (as a factor it carried 5 ε, over-predicting pipelines of slow tp stages)."""
-    from uniap.profile.calibration import adjust_tables, pipeline_overhead
+    from uniap.profile.calibration import adjust_tables
 
     overhead = calibrate(load_cluster("cpu:1x4"), synthetic_profile(TINY, SEQ, 4, per_slot=0.005))
     fastest = np.full(6, 0.01)
     added = pipeline_overhead(overhead, 2, 4, fastest)
     assert added.sum() == pytest.approx(2 * 0.005)  # one ε per stage and micro-batch, 2 stages
     assert pipeline_overhead(overhead, 1, 4, fastest).sum() == 0.0
-    assert pipeline_overhead(overhead, 2, 4, fastest, 3).sum() == pytest.approx(2 * 3 * 0.005)
+    assert pipeline_overhead(overhead, 2, 4, fastest, 3, "interleaved-1f1b").sum() == pytest.approx(2 * 3 * 0.005)
     A = np.column_stack([np.full(6, 0.01), np.full(6, 0.05)])  # a fast and a 5x slower strategy
     out, _, _ = adjust_tables(overhead, MODEL, FP32, [Strategy(2, 1), Strategy(1, 2)], 2, 4, "1f1b", 1, A,
                               np.zeros((2, 2)), np.ones_like(A, dtype=bool))
-    phi = concurrency_scale(overhead, 2, 4)
-    added = out - A * phi
+    added = out - A * concurrency_scale(overhead, 2, 4)
     assert np.allclose(added[:, 0], added[:, 1]) and added[:, 0].sum() > 0
 
 

@@ -150,3 +150,33 @@ def test_chunk_at_is_where_stage_of_chunk_puts_a_chunk(schedule):
         v = 2 if isinstance(schedule, VShaped) else 4
         for j in range(P * v):
             assert schedule.chunk_at(schedule.stage_of_chunk(j, P), j // P, P) == j
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULES))
+def test_the_shared_simulation_is_the_event_simulation_when_nothing_is_shared(name):
+    """`simulate_shared` runs every schedule's order as `simulate_order` does when no stage slows another, and a
+    slowdown that does not depend on how many stages compute stretches the whole step by itself (sends aside)."""
+    import random
+
+    from uniap.schedules import chunks_per_stage, simulate_shared
+
+    schedule = SCHEDULES[name]
+    rng = random.Random(name)
+    for P, c, v in ((2, 4, 2), (4, 8, 2), (3, 6, 3), (4, 4, 1), (4, 2, 1)):
+        try:
+            schedule.check(P, c, v)
+        except UniapError:
+            continue
+        S = P * chunks_per_stage(schedule, v)
+        fwd = [rng.uniform(0.5, 1.5) for _ in range(S)]
+        bwd = [2 * x * rng.uniform(0.8, 1.2) for x in fwd]
+        wgt = [0.4 * x for x in bwd]
+        send = [rng.uniform(0.0, 0.2) for _ in range(S - 1)]
+        alone = max(r.end for r in simulate_order(schedule, P, c, v, fwd, bwd, wgt, send))
+        assert simulate_shared(schedule, P, c, v, fwd, bwd, wgt, send, lambda n: 1.0) == pytest.approx(alone)
+        quiet = [0.0] * (S - 1)
+        once = simulate_shared(schedule, P, c, v, fwd, bwd, wgt, quiet, lambda n: 1.0)
+        assert simulate_shared(schedule, P, c, v, fwd, bwd, wgt, quiet, lambda n: 3.0) == pytest.approx(3 * once)
+        # sharing only ever slows: the step is between alone and every stage always slowed by the most
+        shared = simulate_shared(schedule, P, c, v, fwd, bwd, wgt, quiet, lambda n: max(1.0, n / 2))
+        assert once - 1e-9 <= shared <= max(1.0, P / 2) * once + 1e-9

@@ -31,11 +31,12 @@ Torch-free (planning needs no torch).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import numpy as np
 
-from uniap.schedules import schedule_named
+from uniap.schedules import FORWARD_SHARE, chunks_per_stage, schedule_named, simulate_shared
 from uniap.errors import UniapError
 from uniap.profile.fit import Line
 from uniap.profile.schema import load_profile, signature_id, validate
@@ -235,28 +236,28 @@ def adjust_tables(cluster: ClusterSpec, model, workload, strategies: list[Strate
         table = np.where(allowed, np.asarray(A, dtype=float), np.inf).min(axis=1)
         best = np.where(known, best, table)
     best = np.where(np.isfinite(best), best, 0.0)
-    phi = concurrency_scale(cluster, stages, micro_batches, virtual_stages)
-    added = pipeline_overhead(cluster, stages, micro_batches, best, virtual_stages)
+    phi = concurrency_scale(cluster, stages, micro_batches, virtual_stages, schedule)
+    added = pipeline_overhead(cluster, stages, micro_batches, best, virtual_stages, schedule)
     return A * phi + added[:, None], R * phi, schedule_named(schedule).runs_as(stages, micro_batches).name
 
 
 def pipeline_overhead(cluster: ClusterSpec, stages: int, micro_batches: int, fastest: np.ndarray,
-                      virtual_stages: int = 1) -> np.ndarray:
+                      virtual_stages: int = 1, schedule: str = "1f1b") -> np.ndarray:
     """(L,) seconds per micro-batch added to each layer, whatever its strategy, for the pipeline machinery.
 
-    Its per-slot cost ε(P) (measured by the profile, slowed by the ranks sharing cores like any other work) sits
-    on every slot of the schedule, v per micro-batch and stage when interleaved: ε·sharing(b)·v per stage and
-    micro-batch, spread over the chain's layers in proportion to their fastest time (`fastest_layer_times`), so
-    that a balanced stage carries one ε whatever its strategies. (Until issue 24 it was a factor on every entry
-    of A, 1 + ε·sharing·v/p̄: a strategy k times slower than the fastest carried k·ε, and a pipeline of slow
-    tensor-parallel stages — on CPU, latency-bound by gloo — was over-predicted by up to 2×.) 0 for one stage."""
+    Its per-slot cost ε(P) (measured by the profile, slowed by the ranks sharing cores like the stages' compute,
+    `pipeline_sharing`) sits on every slot of the schedule, v per micro-batch and stage when interleaved:
+    ε·sharing·v per stage and micro-batch, spread over the chain's layers in proportion to their fastest time
+    (`fastest_layer_times`), so that a balanced stage carries one ε whatever its strategies. (Until issue 24 it
+    was a factor on every entry of A, 1 + ε·sharing·v/p̄: a strategy k times slower than the fastest carried k·ε,
+    and a pipeline of slow tensor-parallel stages — on CPU, latency-bound by gloo — was over-predicted by up to
+    2×.) 0 for one stage."""
     fastest = np.asarray(fastest, dtype=float)
     eps = pipeline_slot_cost(cluster, stages) if stages > 1 and profile_of(cluster) else 0.0
     total = float(fastest.sum())
     if eps <= 0 or total <= 0:
         return np.zeros_like(fastest)
-    busy = busy_ranks(int(profile_of(cluster)["world_size"]), stages, micro_batches, virtual_stages)
-    per_stage = eps * sharing(cluster, busy) * virtual_stages
+    per_stage = eps * pipeline_sharing(cluster, stages, micro_batches, virtual_stages, schedule) * virtual_stages
     return per_stage * stages * fastest / total
 
 
@@ -267,40 +268,68 @@ def all_reduce_scale(cluster: ClusterSpec) -> float:
     return float(chain.get("all_reduce_scale", 1.0))
 
 
-def busy_ranks(world: int, stages: int, micro_batches: int, virtual_stages: int = 1) -> float:
-    """Ranks computing at once, on average, in a balanced pipeline: a stage works c·v of the c·v + P − 1 slots
-    of its schedule (a slot is one chunk of one micro-batch; v = 1 for plain 1F1B and GPipe)."""
-    slots = micro_batches * virtual_stages
-    return world * slots / (slots + stages - 1)
-
-
 def sharing(cluster: ClusterSpec, busy: float) -> float:
     """How much slower a rank computes with `busy` ranks computing at once than alone: ranks share the host's
     cores (max(1, busy / cores)) on CPU; each has its own device on GPU (1)."""
-    doc = profile_of(cluster)
-    device = doc.get("device", {})
-    cores = device.get("cores")
-    if device.get("kind") != "cpu" or not cores:
+    cores = _cores(cluster)
+    return max(1.0, busy / cores) if cores else 1.0
+
+
+def _cores(cluster: ClusterSpec) -> int:
+    """The cores the profile's ranks shared (0 where each rank had its own device)."""
+    device = profile_of(cluster).get("device", {})
+    return int(device.get("cores") or 0) if device.get("kind") == "cpu" else 0
+
+
+def pipeline_sharing(cluster: ClusterSpec, stages: int, micro_batches: int, virtual_stages: int = 1,
+                     schedule: str = "1f1b") -> float:
+    """How much slower than alone a balanced pipeline's stages compute, on the whole, when its ranks share cores:
+    the makespan of the schedule's own order on equal chunks, each stage progressing at 1/sharing(n·N/P) while n
+    stages compute at once (`schedules.simulate_shared`), over the same order's makespan alone. N for a single
+    stage (all ranks always busy); 1 where ranks do not share.
+
+    An average count of busy ranks is not enough: sharing(b) = max(1, b/cores) is convex, so a pipeline whose ranks
+    are sometimes all busy and sometimes few runs slower than at its mean (4 ranks on 2 cores in 4 stages, 4
+    micro-batches: 1.29× alone by simulation, 1.14× at the mean of 2.3 busy ranks)."""
+    world = int(profile_of(cluster).get("world_size") or 1)
+    cores = _cores(cluster)
+    if not cores:
         return 1.0
-    return max(1.0, busy / float(cores))
+    if stages <= 1:
+        return sharing(cluster, world)
+    return _shared_makespan(schedule_named(schedule).runs_as(stages, micro_batches).name, stages, micro_batches,
+                            virtual_stages, world, cores)
 
 
-def concurrency_scale(cluster: ClusterSpec, stages: int, micro_batches: int, virtual_stages: int = 1) -> float:
-    """Factor on per-micro-batch stage times (A, R) for `stages` stages, `micro_batches` micro-batches and
-    `virtual_stages` chunks per stage.
+@functools.lru_cache(maxsize=1024)
+def _shared_makespan(schedule: str, stages: int, micro_batches: int, virtual_stages: int, world: int,
+                     cores: int) -> float:
+    """`pipeline_sharing`'s ratio for one pipeline (cached: every table of a search asks for its (P, c, v))."""
+    chosen = schedule_named(schedule)
+    v = chunks_per_stage(chosen, virtual_stages)
+    chunks = stages * v
+    fwd = [FORWARD_SHARE / v] * chunks
+    bwd = [(1.0 - FORWARD_SHARE) / v] * chunks
+    wgt = [b / 2.0 for b in bwd]  # a split backward's weight pass: about half of it (the other matmul)
+    send = [0.0] * (chunks - 1)
+    ranks = world / stages
+    shared = simulate_shared(chosen, stages, micro_batches, v, fwd, bwd, wgt, send,
+                             lambda n: max(1.0, n * ranks / cores))
+    alone = simulate_shared(chosen, stages, micro_batches, v, fwd, bwd, wgt, send, lambda n: 1.0)
+    return shared / alone
 
-    Layer times are measured with every rank busy (N ranks sharing the cores: N/cores times slower than alone
-    on this CPU). In a pipeline a stage computes during c·v of the c·v + P − 1 chunk slots of its schedule
-    (fill and drain leave it idle; interleaving shortens them v-fold), so on average
-    b = N·c·v/(c·v + P − 1) ranks compute at once and slow each other down less: factor
-    sharing(b) / sharing(N). 1 for a single stage and where ranks do not share (GPUs). A balanced pipeline
-    is assumed: a plan with a much lighter stage keeps fewer ranks busy than this says.
-    """
+
+def concurrency_scale(cluster: ClusterSpec, stages: int, micro_batches: int, virtual_stages: int = 1,
+                      schedule: str = "1f1b") -> float:
+    """Factor on per-micro-batch stage times (A, R) for a pipeline configuration: layer times are measured with
+    every rank busy (N ranks sharing the cores: sharing(N) times slower than alone on this CPU); a pipeline's
+    fill and drain leave stages idle, and its stages slow each other down less: pipeline_sharing / sharing(N).
+    1 for a single stage and where ranks do not share (GPUs). A balanced pipeline is assumed: a plan with a much
+    lighter stage keeps fewer ranks busy than this says."""
     if stages <= 1 or not profile_of(cluster):
         return 1.0
-    n = int(profile_of(cluster)["world_size"])
-    busy = busy_ranks(n, stages, micro_batches, virtual_stages)
-    return min(1.0, sharing(cluster, busy) / sharing(cluster, n))
+    full = sharing(cluster, int(profile_of(cluster)["world_size"]))
+    return min(1.0, pipeline_sharing(cluster, stages, micro_batches, virtual_stages, schedule) / full)
 
 
 def fastest_layer_times(cluster: ClusterSpec, model, workload, stages: int, micro_batches: int) -> np.ndarray:
@@ -320,34 +349,6 @@ def fastest_layer_times(cluster: ClusterSpec, model, workload, stages: int, micr
         if t < best.get(rec["signature"], np.inf):
             best[rec["signature"]] = t
     return np.array([best.get(idx.sig(layer.signature), np.inf) for layer in model.layers])
-
-
-def pipeline_scale(cluster: ClusterSpec, stages: int, micro_batches: int, fastest: np.ndarray,
-                   virtual_stages: int = 1) -> float:
-    """The factor a layer of the balanced stage's mean time sees in a pipeline configuration: contention +
-    overhead, φ + ε·sharing(b)·v/p̄ (`adjust_tables` applies the two parts apart: φ on A and R, the overhead
-    added per layer by `pipeline_overhead`, the same for every strategy).
-
-    1. contention (`concurrency_scale`): fewer ranks busy in a pipeline than when the layers were measured;
-    2. the pipeline machinery's per-slot cost ε(P) (send/receive, schedule; measured by the profile, slowed by
-       the ranks sharing cores like any other work) sits on every slot of the schedule — the stages' critical
-       path — while the UniAP objective charges stage boundaries only once (Σ o). It is spread over the
-       stages' layers in proportion to their time, assuming balanced stages of p̄ = Σ_u fastest[u] / P
-       (`fastest`: each layer's least time per micro-batch, see `fastest_layer_times`). Interleaved, a slot
-       is one of a stage's v chunks, p̄/v long, and every micro-batch passes v of them: ε weighs v-fold.
-    Together: φ + ε·sharing(b)·v/p̄. 1 for a single stage.
-    """
-    if stages <= 1 or not profile_of(cluster):
-        return 1.0
-    phi = concurrency_scale(cluster, stages, micro_batches, virtual_stages)
-    eps = pipeline_slot_cost(cluster, stages)
-    if eps <= 0:
-        return phi
-    busy = busy_ranks(int(profile_of(cluster)["world_size"]), stages, micro_batches, virtual_stages)
-    eps *= sharing(cluster, busy) * virtual_stages
-    fastest = np.asarray(fastest, dtype=float)
-    p_bar = float(fastest.sum()) / stages if fastest.size else 0.0
-    return phi + (eps / p_bar if p_bar > 0 else 0.0)
 
 
 def pipeline_slot_cost(cluster: ClusterSpec, stages: int) -> float:
