@@ -233,3 +233,24 @@ def test_most_even_cut(seed):
         for b in np.linspace(0.0, tops.max(), 9):
             least = np.maximum(times - b, 0.0).sum(axis=1).min()
             assert (count * np.maximum(level - b, 0.0)).sum() <= least * (1 + 1e-9) + 1e-12
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_slot_search_is_exact_unless_a_probe_beats_what_the_caller_has(seed):
+    """`_least_over_slots` on a random slope·B + D(B), D non-increasing: exact without a bound to beat; with one
+    (`beat`), exact where the minimum is at least it, and below it where the minimum is, from any `near` slot."""
+    rng = np.random.default_rng(seed)
+    slots = np.unique(np.concatenate([[0.0], rng.uniform(0, 10, 400)]))
+    D = np.sort(rng.uniform(0, 50, len(slots)))[::-1]
+    slope = rng.uniform(0.5, 5)
+
+    def value(B):
+        return slope * B + D[np.searchsorted(slots, B)]
+
+    least = float(value(slots).min())
+    assert module._least_over_slots(slots, value, slope, None)[0] == pytest.approx(least)
+    near = float(slots[rng.integers(len(slots))])
+    above = module._least_over_slots(slots, value, slope, None, least - 1.0, near)
+    assert above[0] == pytest.approx(least)
+    below = module._least_over_slots(slots, value, slope, None, least + 1.0, near)
+    assert below[0] < least + 1.0

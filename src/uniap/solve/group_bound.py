@@ -161,9 +161,13 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
         return slope * B + _chain_dp(costs, blocks) + sends
 
     best, best_at = -math.inf, None
-    for omega in (np.full(P, 1.0 / P), np.eye(P)[0], np.eye(P)[P - 1]):
+    # The sync weighted on the first group or on the last gave every exact bound of the GPT-1T search, the
+    # uniform one none: those first, and a weighting that cannot beat the best so far stops at its first probe
+    # below it.
+    for omega in (np.eye(P)[0], np.eye(P)[P - 1], np.full(P, 1.0 / P)):
         least, slot = _least_over_slots(slots, partial(value, w=omega), slope,
-                                        None if cutoff is None else max(cutoff, best))
+                                        None if cutoff is None else max(cutoff, best), best,
+                                        None if best_at is None else best_at[1])
         if least > best:
             best, best_at = least, (omega, slot, math.inf)
         if cutoff is not None and best >= cutoff:
@@ -234,22 +238,28 @@ def _capped_sync(slots: np.ndarray, value, slope: float, windows, P: int, v: int
     return (least, at) if least > known else (known, None)
 
 
-def _least_over_slots(slots: np.ndarray, value, slope: float, cutoff: float | None) -> tuple[float, float | None]:
+def _least_over_slots(slots: np.ndarray, value, slope: float, cutoff: float | None,
+                      beat: float = -math.inf, near: float | None = None) -> tuple[float, float | None]:
     """A lower bound on min over the sorted `slots` of value(B) = slope·B + D(B), D non-increasing, and the slot
     that attains it (None where it is an interval's floor): exact unless it is below `cutoff` (then the search
     stops at the first probe below it) or at least `cutoff` (then it is the cutoff). On [slots[i], slots[j]]
     between two probes, value ≥ slope·slots[i + 1] + D(slots[j]); an interval whose bound reaches the best probe
-    or the cutoff holds nothing lower that matters, the others are probed again."""
-    known = {0: float(value(slots[:1])[0])}
-    if len(slots) > 1:
-        known[len(slots) - 1] = float(value(slots[-1:])[0])
+    or the cutoff holds nothing lower that matters, the others are probed again. `beat`: a bound the caller
+    already has; the search stops at the first probe below it (what it returns is then below it), and is
+    otherwise exact. `near`: the slot where that bound was attained, probed first with the ends (the value at it
+    is most often already below `beat`)."""
+    first = [0, len(slots) - 1]
+    if near is not None:
+        first.append(int(np.searchsorted(slots, near)))
+    first = sorted({min(i, len(slots) - 1) for i in first})
+    known = dict(zip(first, map(float, value(slots[first]))))
     while True:
         best = min(known.values())
         probed = sorted(known)
         floors = {(i, j): slope * (slots[i + 1] - slots[j]) + known[j]
                   for i, j in zip(probed[:-1], probed[1:]) if j > i + 1}
         open_ = [key for key, floor in floors.items() if floor < (best if cutoff is None else min(best, cutoff))]
-        if not open_ or (cutoff is not None and best < cutoff):
+        if not open_ or (cutoff is not None and best < cutoff) or best < beat:
             least = min([best] + [floors[key] for key in open_])
             if cutoff is not None and least >= cutoff:
                 return float(cutoff), None  # intervals above the cutoff were left unprobed
