@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, replace
 
 from uniap.errors import UniapError
@@ -163,6 +164,16 @@ def enumerate_strategies(devices: int, max_tp: int | None = None, recompute: boo
     `expert_layouts(devices, experts)`) beyond (1, 1); the cost model allows them on MoE layers only.
     Divisibility by heads/FFN/vocabulary is per layer and checked by the cost model, not here.
     """
+    levels = recompute if isinstance(recompute, bool) else tuple(recompute)
+    layouts = None if expert_layouts is None else tuple(map(tuple, expert_layouts))
+    return list(_strategies(devices, max_tp, levels, sequence_parallel, experts, layouts, tuple(context)))
+
+
+@functools.lru_cache(maxsize=256)
+def _strategies(devices: int, max_tp: int | None, recompute: bool | tuple[str, ...], sequence_parallel: bool,
+                experts: int, expert_layouts: tuple[tuple[int, int], ...] | None,
+                context: tuple[int, ...]) -> tuple[Strategy, ...]:
+    """`enumerate_strategies`, kept per argument (a search asks again for every pipeline configuration)."""
     moe = [(1, 1)]
     if experts:
         layouts = expert_layouts_of(devices, experts) if expert_layouts is None else expert_layouts
@@ -181,7 +192,7 @@ def enumerate_strategies(devices: int, max_tp: int | None = None, recompute: boo
                     for sp in (False, True) if (tp > 1 and sequence_parallel) else (False,):
                         for ep, etp in moe:
                             out.append(Strategy(dp=dp, tp=tp, zero=zero, recompute=rc, sp=sp, ep=ep, etp=etp, cp=cp))
-    return out
+    return tuple(out)
 
 
 # Context parallelism is searched where each rank keeps at least this many tokens of a sequence: below it the

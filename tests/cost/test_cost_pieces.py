@@ -84,3 +84,20 @@ def test_enumerated_strategies_cover_the_stage():
     assert Strategy(8, 1, zero=3) in strategies and Strategy(1, 8, sp=True, recompute=True) in strategies
     assert all(s.zero == 0 for s in strategies if s.dp == 1)
     assert all(s.tp <= 2 for s in enumerate_strategies(8, max_tp=2))
+
+
+def test_what_a_search_asks_again_is_kept_but_never_shared_wrongly():
+    """`enumerate_strategies` and `stage_links` are kept per argument (a search asks for them for every pipeline
+    configuration): a caller's list is its own, and another cluster never gets the first one's links."""
+    from uniap.cost.tables import _stage_links, stage_links
+    from uniap.spec.cluster import load_cluster
+
+    first = enumerate_strategies(8)
+    first.clear()
+    assert enumerate_strategies(8) == enumerate_strategies(8) and len(enumerate_strategies(8)) > 0
+    strategies = enumerate_strategies(16)
+    slow, fast = load_cluster("a100-80g:4x8"), load_cluster("h100-80g:4x8")
+    for cluster in (slow, fast, slow):
+        assert stage_links(cluster, 2, strategies) == _stage_links(cluster, 2, strategies)
+    assert stage_links(slow, 2, strategies) != stage_links(fast, 2, strategies)
+    assert stage_links(slow, 2, strategies) is stage_links(slow, 2, list(reversed(strategies)))

@@ -46,7 +46,25 @@ class StageLinks:
     cp: dict[tuple[int, int], Link]  # by (tp, cp): a cp group's ring (cp ranks, stride tp)
 
 
+_LINKS: dict[tuple, tuple[ClusterSpec, StageLinks]] = {}
+"""`stage_links` per cluster, stage count and group shapes: a search asks again for every pipeline configuration
+(the cluster is kept with its links, so its id is not reused while they are)."""
+
+
 def stage_links(cluster: ClusterSpec, stages: int, strategies: list[Strategy]) -> StageLinks:
+    """The links of every group a stage's strategies use (`StageLinks`)."""
+    key = (id(cluster), stages, frozenset((s.tp, s.ep, s.etp, s.cp) for s in strategies))
+    hit = _LINKS.get(key)
+    if hit is not None and hit[0] is cluster:
+        return hit[1]
+    if len(_LINKS) >= 1024:
+        _LINKS.clear()
+    links = _stage_links(cluster, stages, strategies)
+    _LINKS[key] = (cluster, links)
+    return links
+
+
+def _stage_links(cluster: ClusterSpec, stages: int, strategies: list[Strategy]) -> StageLinks:
     d = cluster.devices // stages
     starts = np.arange(0, cluster.devices, d)[:, None]
     tp_links, dp_links, ep_links = {}, {}, {}
