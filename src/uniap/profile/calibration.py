@@ -285,8 +285,8 @@ def pipeline_sharing(cluster: ClusterSpec, stages: int, micro_batches: int, virt
                      schedule: str = "1f1b") -> float:
     """How much slower than alone a balanced pipeline's stages compute, on the whole, when its ranks share cores:
     the makespan of the schedule's own order on equal chunks, each stage progressing at 1/sharing(n·N/P) while n
-    stages compute at once (`schedules.simulate_shared`), over the same order's makespan alone. N for a single
-    stage (all ranks always busy); 1 where ranks do not share.
+    stages compute at once (`schedules.simulate_shared`), over the same order's makespan alone. sharing(N) for a
+    single stage (all N ranks always busy); 1 where ranks do not share.
 
     An average count of busy ranks is not enough: sharing(b) = max(1, b/cores) is convex, so a pipeline whose ranks
     are sometimes all busy and sometimes few runs slower than at its mean (4 ranks on 2 cores in 4 stages, 4
