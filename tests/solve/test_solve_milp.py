@@ -155,23 +155,29 @@ def test_single_stage_and_single_strategy():
     assert math.isfinite(sol.time_s) and sol.solver == "highs"
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_a_known_bound_stops_the_milp_at_a_plan_that_attains_it(seed, monkeypatch):
-    """Given the optimum as a proven bound (`known`), the chunk MILP stops at the first point that reaches it
-    (HiGHS's objective target) and returns that plan as optimal, at the oracle's optimum; a plan that would
-    only attain a bound below the optimum is never returned as optimal."""
+@pytest.fixture
+def targets(monkeypatch) -> list:
+    """The objective target of every HiGHS solve the test makes (None: no target)."""
     from uniap.solve.backends import HighsBackend
 
-    program = random_program(400 + seed, layers=7, stages=2, virtual_stages=2, memory=None)
-    reference = solve_reference(program)
-    targets = []
+    seen = []
     solve_ = HighsBackend.solve
 
     def spy(self, time_limit, cutoff, mip_gap, start, target=None):
-        targets.append(target)
+        seen.append(target)
         return solve_(self, time_limit, cutoff, mip_gap, start, target)
 
     monkeypatch.setattr(HighsBackend, "solve", spy)
+    return seen
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_known_bound_stops_the_milp_at_a_plan_that_attains_it(seed, targets):
+    """Given the optimum as a proven bound (`known`), the chunk MILP stops at the first point that reaches it
+    (HiGHS's objective target) and returns that plan as optimal, at the oracle's optimum; a plan that would
+    only attain a bound below the optimum is never returned as optimal."""
+    program = random_program(400 + seed, layers=7, stages=2, virtual_stages=2, memory=None)
+    reference = solve_reference(program)
     found = solve_outcome(program, phase="chunks", known=reference.objective)
     assert found.status == "optimal" and found.solution.optimal
     assert found.solution.objective == pytest.approx(reference.objective, rel=1e-6)
@@ -182,22 +188,12 @@ def test_a_known_bound_stops_the_milp_at_a_plan_that_attains_it(seed, monkeypatc
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_a_known_bound_stops_the_device_group_relaxations(seed, monkeypatch):
+def test_a_known_bound_stops_the_device_group_relaxations(seed, targets):
     """With a proven bound, each device-group relaxation stops at its first point at or under it (it cannot raise
     the bound then); the interleaved program still comes back at the oracle's optimum, proven only where a plan
     attains the bound, whether the bound is the optimum or below it."""
-    from uniap.solve.backends import HighsBackend
-
     program = random_program(500 + seed, layers=7, stages=2, virtual_stages=2, memory=None)
     reference = solve_reference(program)
-    targets = []
-    solve_ = HighsBackend.solve
-
-    def spy(self, time_limit, cutoff, mip_gap, start, target=None):
-        targets.append(target)
-        return solve_(self, time_limit, cutoff, mip_gap, start, target)
-
-    monkeypatch.setattr(HighsBackend, "solve", spy)
     for known in (reference.objective, reference.objective * 0.95):
         targets.clear()
         found = solve_outcome(program, known=known)
