@@ -244,7 +244,7 @@ def _linear(program, reduced, backend_cls, deadline, cutoff, mip_gap, phase=None
     backend = backend_cls(form.model)
     start = None if best is None else form.encode(*best)
     attained = known * (1 + OPTIMAL_RTOL)  # a plan at most this is optimal
-    target = known * (1 + OPTIMAL_RTOL / 2) / tau if math.isfinite(known) and known > 0 else None
+    target = _target(known, tau)
     while True:
         remaining = _remaining(deadline)
         if remaining is not None and remaining <= 0:
@@ -290,10 +290,9 @@ def _by_group(program, reduced, formulation, backend_cls, deadline, cutoff, know
     it, since it cannot then raise the bound; that point's contents may still hold a plan that attains `known`.
     (Nemotron-4 340B's pp8·v7 on 128 H100 spent 18 s proving a relaxation of 3.373 s under its group bound of
     3.506 s.)"""
-    tau, bound = scale_of(program, reduced), -math.inf
+    tau, bound = scale_of(program, reduced), known
     nearest, nearest_value = None, math.inf if cutoff is None else cutoff
-    proven = known if math.isfinite(known) and known > 0 else None
-    target = None if proven is None else proven * (1 + OPTIMAL_RTOL / 2) / tau
+    target = _target(known, tau)
     for edges in (False, True):
         relaxation = GroupRelaxation(program, reduced, tau, edges)
         backend = HighsBackend(relaxation.model, HIGHS_SMALL) if backend_cls is HighsBackend and not edges \
@@ -306,15 +305,14 @@ def _by_group(program, reduced, formulation, backend_cls, deadline, cutoff, know
         if result.status not in ("optimal", "target"):
             return "limit", max(bound, result.bound * tau), None, nearest
         bound = max(bound, result.bound * tau)
-        goal = bound if proven is None else max(bound, proven)
         contents = relaxation.contents(result.x)
         direct, value = chain_plan(program, reduced, contents)
         if value < nearest_value:
             nearest, nearest_value = direct, value
-        plan = direct if value <= goal * (1 + OPTIMAL_RTOL) else \
-            _attaining(program, reduced, formulation if edges else None, backend_cls, contents, goal, deadline)
+        plan = direct if value <= bound * (1 + OPTIMAL_RTOL) else \
+            _attaining(program, reduced, formulation if edges else None, backend_cls, contents, bound, deadline)
         if plan is not None:
-            return "optimal", goal, plan, None
+            return "optimal", bound, plan, None
     return ("limit" if _remaining(deadline) == 0 else "optimal"), bound, None, nearest
 
 
@@ -324,16 +322,22 @@ def _attaining(program, reduced, formulation, backend_cls, contents, bound: floa
     contents fixed, cut off just above the bound."""
     if formulation is None:
         return None
-    target = bound * (1 + OPTIMAL_RTOL / 2)
     form = formulation()
     arrange = backend_cls(form.model)
     arrange.add_rows(form.group_rows(contents))
-    found = arrange.solve(_remaining(deadline), target / form.scale, 0.0, None, target / form.scale)
+    target = _target(bound, form.scale)
+    found = arrange.solve(_remaining(deadline), target, 0.0, None, target)
     if found.x is None:
         return None
     decoded = form.decode(found.x)
     plan = (decoded.stage_of, decoded.strategy_of)
     return plan if evaluate(program, *plan) <= bound * (1 + OPTIMAL_RTOL) else None
+
+
+def _target(known: float, scale: float) -> float | None:
+    """The objective (in the model's units, seconds / `scale`) at which a point's plan attains the proven bound
+    `known` (seconds): a solve may stop at the first such point. None without a positive finite bound."""
+    return known * (1 + OPTIMAL_RTOL / 2) / scale if math.isfinite(known) and known > 0 else None
 
 
 def _scip(program, deadline, cutoff, mip_gap):
