@@ -254,7 +254,7 @@ def _options_rows(limit: float) -> None:
             seconds, bounds = [], []
             for options in ({}, HIGHS_SPEED):
                 t = time.perf_counter()
-                result = HighsBackend(form.model, options).solve(limit, None, 0.0, None)
+                result = HighsBackend(form.model, options).solve(limit, None, 0.0)
                 seconds.append(time.perf_counter() - t)
                 bounds.append(result.bound if result.status == "optimal" else float("nan"))
             totals = [a + b for a, b in zip(totals, seconds)]

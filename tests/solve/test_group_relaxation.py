@@ -38,7 +38,7 @@ def _relax(program, edges: bool):
     reduced = reduce_program(program, fold=True)
     scale = scale_of(program, reduced)
     relaxation = GroupRelaxation(program, reduced, scale, edges)
-    result = HighsBackend(relaxation.model).solve(None, None, 0.0, None)
+    result = HighsBackend(relaxation.model).solve(None, None, 0.0)
     return reduced, relaxation, result, scale
 
 

@@ -164,10 +164,10 @@ def test_feasible_programs_and_the_fallback(monkeypatch):
              .replace(" conflict with ", ", ").split(", ")]
     form = Formulation(program, reduce_program(program, fold=True))
     names = np.array([kind for kind, _ in form.model.names])
-    assert HighsBackend(form.model.only(np.isin(names, kinds))).solve(None, None, 0.0, None).status == "infeasible"
+    assert HighsBackend(form.model.only(np.isin(names, kinds))).solve(None, None, 0.0).status == "infeasible"
     for kind in kinds:  # none can be left out
         rest = [k for k in kinds if k != kind]
-        assert HighsBackend(form.model.only(np.isin(names, rest))).solve(None, None, 0.0, None).status == "optimal"
+        assert HighsBackend(form.model.only(np.isin(names, rest))).solve(None, None, 0.0).status == "optimal"
     monkeypatch.setattr(milp, "_conflicting_kinds", lambda model, time_limit: None)  # that fails too
     assert explain_infeasible(program) is None
     with pytest.raises(InfeasibleError, match="no conflicting rows were identified"):

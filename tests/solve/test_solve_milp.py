@@ -163,9 +163,9 @@ def targets(monkeypatch) -> list:
     seen = []
     solve_ = HighsBackend.solve
 
-    def spy(self, time_limit, cutoff, mip_gap, start, target=None):
+    def spy(self, time_limit, cutoff, mip_gap, target=None):
         seen.append(target)
-        return solve_(self, time_limit, cutoff, mip_gap, start, target)
+        return solve_(self, time_limit, cutoff, mip_gap, target)
 
     monkeypatch.setattr(HighsBackend, "solve", spy)
     return seen

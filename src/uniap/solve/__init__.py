@@ -10,6 +10,7 @@ linear.py       solver-neutral sparse MILP, every row named by meaning; backends
                 interface, HiGHS's irreducible infeasible subset
 quadratic.py    the native quadratic form for SCIP
 bounds.py       DP partition bound (prunes candidates before any MILP)
+guesses.py      plans built by rules (uniform; stagewise for v = 1): the search's and the MILP's first incumbents
 group_relaxation.py  interleaved programs by device group: a small MILP that bounds them, plans built from it
 milp.py         `solve(program, solver=..., time_limit=..., cutoff=..., fold=..., mip_gap=..., explain=...)`;
                 `explain_infeasible(program)`: one line naming the kinds of rows that conflict

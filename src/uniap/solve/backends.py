@@ -100,20 +100,17 @@ class HighsBackend:
                                value), "add rows", self._highspy)
 
     def solve(self, time_limit: float | None, cutoff: float | None, mip_gap: float,
-              start: np.ndarray | None, target: float | None = None) -> MipResult:
-        """`target`: stop at the first point whose objective is at most it (a caller that knows the bound a
-        point at it would attain)."""
+              target: float | None = None) -> MipResult:
+        """`cutoff`: look only for points below it (none: "infeasible"). `target`: stop at the first point whose
+        objective is at most it (a caller that knows the bound a point at it would attain). No start point: the
+        caller passes the plan it holds as the cutoff instead (HiGHS, given a start at its objective bound, can
+        stop "optimal" at the start with its root bound as the dual bound)."""
         h, hs = self._h, self._highspy
         h.setOptionValue("time_limit", float(time_limit) if time_limit is not None else math.inf)
         h.setOptionValue("objective_bound", float(cutoff) if cutoff is not None else math.inf)
         h.setOptionValue("objective_target", float(target) if target is not None else -math.inf)
         h.setOptionValue("mip_rel_gap", float(mip_gap))
         h.setOptionValue("mip_abs_gap", ABS_GAP)
-        if start is not None:
-            sol = hs.HighsSolution()
-            sol.col_value = list(start)
-            sol.value_valid = True
-            h.setSolution(sol)
         h.run()
         status = h.getModelStatus()
         info = h.getInfo()
@@ -192,15 +189,13 @@ class GurobiBackend:
         self._m.update()
 
     def solve(self, time_limit: float | None, cutoff: float | None, mip_gap: float,
-              start: np.ndarray | None, target: float | None = None) -> MipResult:
+              target: float | None = None) -> MipResult:
         gp, m = self._gp, self._m
         m.Params.BestObjStop = float(target) if target is not None else -gp.GRB.INFINITY
         m.Params.TimeLimit = float(time_limit) if time_limit is not None else gp.GRB.INFINITY
         m.Params.Cutoff = float(cutoff) if cutoff is not None else gp.GRB.INFINITY
         m.Params.MIPGap = float(mip_gap)
         m.Params.MIPGapAbs = ABS_GAP
-        for v, value in zip(self._vars, start if start is not None else []):
-            v.Start = float(value)
         try:
             m.optimize()
         except gp.GurobiError as exc:  # e.g. a size-limited licence

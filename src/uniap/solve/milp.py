@@ -2,7 +2,7 @@
 
 Linear back-ends (HiGHS by default, Gurobi when importable) get the folded MILP of formulation.py and a sub-tour
 cut loop around it: solve, turn the point into a plan, and if a segment's transitions held a sub-tour, add the
-connectivity cuts and solve again, warm-started from the repaired plan. An interleaved program is first bounded
+connectivity cuts and solve again, for a plan better than the repaired one. An interleaved program is first bounded
 by dynamic programming over its device groups (group_bound.py), then solved by device group
 (group_relaxation.py): its optimum bounds every plan, and when a plan with those group contents attains it, that
 plan is optimal without the chunk MILP's branching through near-equal chunk splits. SCIP gets
@@ -28,6 +28,7 @@ from uniap.solve.group_bound import group_bound
 from uniap.solve.group_relaxation import GroupRelaxation, chain_plan
 from uniap.solve.linear import conflict_line
 from uniap.program import StageProgram
+from uniap.solve.guesses import stagewise_guess
 from uniap.solve.program import Solution, evaluate, lower_bound
 from uniap.solve.reduce import reduce_program
 from uniap.solve.split_bound import split_group_bound
@@ -92,7 +93,7 @@ def explain_infeasible(program: StageProgram, fold: bool = True, time_limit: flo
         return f"infeasible: no strategy is allowed for layer {empty[0]} ({len(empty)} layer(s) without one)"
     model = Formulation(program, reduced).model
     backend = HighsBackend(model)
-    if backend.solve(time_limit, None, 0.0, None).status != "infeasible":
+    if backend.solve(time_limit, None, 0.0).status != "infeasible":
         return None
     found = backend.conflict(time_limit)
     if found is not None:
@@ -118,7 +119,7 @@ def _conflicting_kinds(model, time_limit: float | None) -> list[str] | None:
         if left is not None and left <= 0:
             return None
         trial = [k for k in needed if k != kind]
-        result = HighsBackend(model.only(np.isin(kinds, trial))).solve(left, None, 0.0, None)
+        result = HighsBackend(model.only(np.isin(kinds, trial))).solve(left, None, 0.0)
         if result.status == "infeasible":
             needed = trial  # infeasible without this kind: it is not needed
         elif result.status != "optimal":
@@ -229,7 +230,7 @@ def _linear(program, reduced, backend_cls, deadline, cutoff, mip_gap, phase=None
     if any(len(run.keep) == 0 for run in reduced.runs):
         return "infeasible", None, math.inf
     formulation = functools.cache(lambda: Formulation(program, reduced))  # built only once it is needed
-    best, best_value, bound, start = None, math.inf, -math.inf, None
+    best, best_value, bound = None, math.inf, -math.inf
     if program.virtual_stages > 1 and phase != "chunks" and program.split_schedule is None:
         status, bound, arranged, nearest = _by_group(program, reduced, formulation, backend_cls, deadline, cutoff,
                                                      known)
@@ -237,12 +238,17 @@ def _linear(program, reduced, backend_cls, deadline, cutoff, mip_gap, phase=None
             return status, arranged if arranged is not None else nearest, bound
         if phase == "relaxation":
             return "deferred", nearest, bound
-        if nearest is not None:  # the chunk MILP starts from the best direct plan
+        if nearest is not None:  # the chunk MILP looks for better than the best direct plan
             best, best_value = nearest, evaluate(program, *nearest)
+    elif program.virtual_stages == 1 and (guess := stagewise_guess(program)) is not None:
+        # A plain or zero-bubble pipeline's MILP looks for better than its stagewise plan: HiGHS finds good
+        # points of a chain that does not fold slowly (GPT-OSS 120B's pp8 zero bubble: six minutes to reach it).
+        best, best_value = (guess.stage_of, guess.strategy_of), guess.objective
+    if best is not None and (cutoff is None or best_value < cutoff):
+        cutoff = best_value  # only a better plan is worth finding; none then proves this one optimal
     form = formulation()
     tau = form.scale
     backend = backend_cls(form.model)
-    start = None if best is None else form.encode(*best)
     attained = known * (1 + OPTIMAL_RTOL)  # a plan at most this is optimal
     target = _target(known, tau)
     while True:
@@ -251,8 +257,10 @@ def _linear(program, reduced, backend_cls, deadline, cutoff, mip_gap, phase=None
             return "limit", best, bound
         if best_value <= attained:
             return "optimal", best, known
-        result = backend.solve(remaining, None if cutoff is None else cutoff / tau, mip_gap, start, target)
+        result = backend.solve(remaining, None if cutoff is None else cutoff / tau, mip_gap, target)
         if result.x is None:  # "infeasible": nothing (better than the cutoff) exists; or "limit"
+            if result.status == "infeasible" and best is not None and best_value <= cutoff:
+                return "optimal", best, best_value  # the cutoff was this plan's own value
             return result.status, best, bound
         bound = max(bound, result.bound * tau)
         decoded = form.decode(result.x)
@@ -260,18 +268,17 @@ def _linear(program, reduced, backend_cls, deadline, cutoff, mip_gap, phase=None
         value = evaluate(program, *plan)
         if value < best_value:
             best, best_value = plan, value
+            cutoff = value if cutoff is None else min(cutoff, value)
         if result.status == "target":
             if best_value <= attained:
                 return "optimal", best, known
             target = None  # its point under-stated its plan: solve on to the proof
-            start = form.encode(*best)
             continue
         if not decoded.subtours:
             return result.status, best, bound
         if result.status != "optimal":
             return "limit", best, bound
         backend.add_rows(form.cuts(decoded.subtours))
-        start = form.encode(*best)
 
 
 def _by_group(program, reduced, formulation, backend_cls, deadline, cutoff, known=-math.inf):
@@ -297,7 +304,7 @@ def _by_group(program, reduced, formulation, backend_cls, deadline, cutoff, know
         relaxation = GroupRelaxation(program, reduced, tau, edges)
         backend = HighsBackend(relaxation.model, HIGHS_SMALL) if backend_cls is HighsBackend and not edges \
             else backend_cls(relaxation.model)
-        result = backend.solve(_remaining(deadline), None if cutoff is None else cutoff / tau, 0.0, None, target)
+        result = backend.solve(_remaining(deadline), None if cutoff is None else cutoff / tau, 0.0, target)
         # With a cut-off, HiGHS may return a point above it: then nothing below it exists.
         if result.status == "infeasible" or (cutoff is not None and result.x is not None
                                              and result.bound * tau >= cutoff):
@@ -326,7 +333,7 @@ def _attaining(program, reduced, formulation, backend_cls, contents, bound: floa
     arrange = backend_cls(form.model)
     arrange.add_rows(form.group_rows(contents))
     target = _target(bound, form.scale)
-    found = arrange.solve(_remaining(deadline), target, 0.0, None, target)
+    found = arrange.solve(_remaining(deadline), target, 0.0, target)
     if found.x is None:
         return None
     decoded = form.decode(found.x)

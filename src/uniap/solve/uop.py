@@ -25,9 +25,10 @@ import numpy as np
 
 from uniap.children import die_with_parent
 from uniap.solve import backends
+from uniap.solve.guesses import uniform_guess
 from uniap.solve.milp import Outcome, solve_outcome
 from uniap.program import StageProgram
-from uniap.solve.program import Solution, evaluate_many, lower_bound
+from uniap.solve.program import Solution, lower_bound
 
 PROVEN = ("optimal", "cutoff", "infeasible", "impossible", "skipped")
 """Statuses that settle a candidate: nothing better can hide in it."""
@@ -269,22 +270,6 @@ def _picklable(*objects) -> bool:
     except (pickle.PicklingError, AttributeError, TypeError):
         return False
     return True
-
-
-def uniform_guess(program: StageProgram) -> Solution | None:
-    """The best hand-style plan of a program: even split by layer count, one strategy for every layer (a layer
-    that cannot take it keeps its fastest allowed one). Costs one vectorised evaluate; None if none fits."""
-    L, K, P = program.layers, program.strategies, program.stages
-    ok = np.asarray(program.allowed)
-    fastest = np.where(ok, np.asarray(program.A, dtype=float), math.inf).argmin(axis=1)
-    strategies = np.where(ok.T, np.arange(K)[:, None], fastest[None, :])
-    stage_of = np.arange(L) * P // L
-    values = evaluate_many(program, stage_of, strategies)
-    k = int(np.argmin(values))
-    if not math.isfinite(values[k]):
-        return None
-    return Solution(stage_of=stage_of, strategy_of=strategies[k], objective=float(values[k]), optimal=False,
-                    gap=math.inf, time_s=0.0, solver="uniform")
 
 
 def _worth_workers(queue, state: "_State", solve_times: list[float], build_times: list[float],
