@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from random_tables import random_program
 
+from uniap.solve.guesses import stagewise_guess
 from uniap.solve.milp import solve
-from uniap.solve.program import evaluate
+from uniap.solve.program import evaluate, lower_bound
 from uniap.solve import uop
 from uniap.solve.uop import search
 
@@ -79,6 +80,36 @@ def test_trials_cut_short_are_solved_again(monkeypatch):
     best, objective = best_by_solving_all()
     assert result.best == best and result.solution.objective == pytest.approx(objective, rel=1e-6)
     assert result.optimal and result.gap == 0.0
+
+
+def _unfolded(candidate):
+    """`build`'s tables with every layer a kind of its own (no two neighbours fold into one run)."""
+    stages, micro = candidate
+    return None if (stages, micro) == (3, 4) else \
+        random_program(21, layers=7, strategies=3, stages=stages, micro_batches=micro, memory=60.0)
+
+
+def _queue(build_):
+    return sorted((0, lower_bound(build_(cand)), i) for i, cand in enumerate(CANDIDATES) if build_(cand) is not None)
+
+
+def test_an_unfolded_chain_starts_from_the_best_stagewise_plan():
+    queue = _queue(_unfolded)
+    promising = [stagewise_guess(_unfolded(CANDIDATES[i])) for _, _, i in queue[:uop.STAGEWISE_GUESSES]]
+    best = min(found.objective for found in promising if found is not None)
+    index, incumbent = uop._stagewise_incumbent(queue, set(), CANDIDATES, _unfolded, None)
+    assert incumbent.solver == "stagewise" and incumbent.objective == best
+    assert incumbent.objective == evaluate(_unfolded(CANDIDATES[index]), incumbent.stage_of, incumbent.strategy_of)
+    worse = (0, dataclasses.replace(incumbent, objective=best * 2))
+    assert uop._stagewise_incumbent(queue, set(), CANDIDATES, _unfolded, worse)[1].objective == best
+    better = (0, dataclasses.replace(incumbent, objective=best / 2))
+    assert uop._stagewise_incumbent(queue, set(), CANDIDATES, _unfolded, better) is better
+
+
+def test_a_folded_chain_keeps_its_uniform_incumbent():
+    queue = _queue(build)
+    kept = (0, uop.uniform_guess(build(CANDIDATES[0])))
+    assert uop._stagewise_incumbent(queue, set(), CANDIDATES, build, kept) is kept
 
 
 def test_bounds_built_in_workers_agree(monkeypatch):
