@@ -186,7 +186,7 @@ def _stagewise_incumbent(queue, unguessed: set[int], candidates, build, guess):
     candidate solved first otherwise runs against the uniform plan: on GPT-OSS 120B (batch 1,280) a pp8
     zero-bubble MILP that cannot beat another's stagewise plan ran out the 120 s limit before that one was
     reached. On chains that fold (llama2-70b) a better early incumbent changed which solves ran in the workers
-    and cost 0.4–0.5 s of 1.8 s, so they keep the uniform one (each MILP still starts from its own stagewise
+    and cost 0.4–0.5 s of 1.8 s, so they keep the uniform one (each MILP is still cut off at its own stagewise
     plan: solve.milp)."""
     promising = [entry for entry in queue if entry[2] not in unguessed][:STAGEWISE_GUESSES]
     for rank, (_, bound, index) in enumerate(promising):
