@@ -129,7 +129,7 @@ def partition_bound(program: StageProgram, cutoff: float | None = None) -> float
     half = np.concatenate([[0.0], send[1:], [0.0]]) / 2
     time_t = np.stack([table(i, 0.0) for i in range(P)]) + half[:, None] + half[None, :]
     candidates = np.unique(time_t[np.isfinite(time_t)])
-    bottleneck = _least_bottleneck(time_t, candidates)
+    bottleneck = least_bottleneck(time_t, candidates)
     if bottleneck == math.inf:  # with a cutoff: or no stage contents short enough to beat it
         return math.inf if cutoff is None else float(cutoff)
     best = -math.inf
@@ -195,7 +195,9 @@ def _reach(time_t: np.ndarray, T: float) -> bool:
     return bool(ok[-1])
 
 
-def _least_bottleneck(time_t: np.ndarray, candidates: np.ndarray) -> float:
+def least_bottleneck(time_t: np.ndarray, candidates: np.ndarray) -> float:
+    """The least of the ascending `candidates` T for which P contiguous non-empty stages, stage i's content [u, v)
+    taking time_t[i, u, v], each ≤ T, cover the chain (inf: none does)."""
     lo, hi = 0, len(candidates) - 1
     if hi < 0 or not _reach(time_t, candidates[hi]):
         return math.inf

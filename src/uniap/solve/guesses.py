@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from uniap.program import StageProgram
+from uniap.solve.bounds import least_bottleneck
 from uniap.solve.program import MEMORY_RTOL, Solution, evaluate_many
 
 BOTTLENECKS_TRIED = 8
@@ -67,8 +68,8 @@ def stagewise_guess(program: StageProgram) -> Solution | None:
         fits = np.where(ordered & (static + count * active <= cap), time, math.inf)
         stage_pick[held == count], stage_time[held == count] = fits.argmin(axis=2), fits.min(axis=2)
 
-    def partition(T: float) -> list[int] | None:
-        """Stage boundaries of least total time with every stage within T (None: no such partition)."""
+    def partition(T: float) -> list[int]:
+        """Stage boundaries of least total time with every stage within T (T at least the least bottleneck)."""
         total = np.full(L + 1, math.inf)
         total[0] = 0.0
         back = []
@@ -76,22 +77,18 @@ def stagewise_guess(program: StageProgram) -> Solution | None:
             step = total[:, None] + np.where(stage_time[i] <= T, stage_time[i], math.inf)
             back.append(step.argmin(axis=0))
             total = step.min(axis=0)
-        if not math.isfinite(total[L]):
-            return None
         cuts = [L]
         for i in range(P - 1, -1, -1):
             cuts.append(int(back[i][cuts[-1]]))
         return cuts[::-1]
 
     values = np.unique(stage_time[np.isfinite(stage_time)])
-    lo, hi = 0, len(values) - 1
-    if hi < 0 or partition(values[hi]) is None:
+    least = least_bottleneck(stage_time, values)  # the least bottleneck any partition reaches
+    if least == math.inf:
         return None
-    while lo < hi:  # the least bottleneck any partition reaches
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if partition(values[mid]) is not None else (mid + 1, hi)
     best = None
-    for T in values[lo:lo + BOTTLENECKS_TRIED]:
+    first = int(np.searchsorted(values, least))
+    for T in values[first:first + BOTTLENECKS_TRIED]:
         cuts = partition(T)
         stage_of = np.repeat(np.arange(P), np.diff(cuts))
         strategy_of = np.concatenate([fallbacks[cuts[i]:cuts[i + 1], stage_pick[i, cuts[i], cuts[i + 1]]]

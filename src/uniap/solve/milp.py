@@ -240,7 +240,7 @@ def _linear(program, reduced, backend_cls, deadline, cutoff, mip_gap, phase=None
             return "deferred", nearest, bound
         if nearest is not None:  # the chunk MILP looks for better than the best direct plan
             best, best_value = nearest, evaluate(program, *nearest)
-    elif program.virtual_stages == 1 and (guess := stagewise_guess(program)) is not None:
+    elif (guess := stagewise_guess(program)) is not None:  # v = 1 only
         # A plain or zero-bubble pipeline's MILP looks for better than its stagewise plan: HiGHS finds good
         # points of a chain that does not fold slowly (GPT-OSS 120B's pp8 zero bubble: six minutes to reach it).
         best, best_value = (guess.stage_of, guess.strategy_of), guess.objective
