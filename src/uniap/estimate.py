@@ -72,9 +72,26 @@ def uniform_assignment(model: ModelSpec, stages: int, strategy: Strategy, micro_
             np.searchsorted(used, strategy_of))
 
 
+def as_planned(program: StageProgram, cluster: ClusterSpec, stage_of: np.ndarray,
+               strategy_of: np.ndarray) -> StageProgram:
+    """The tables of `program` as this plan runs them: a cost source's per-plan factor
+    (`CostSource.plan_scale`: ranks that share cores contend by the plan's own stage times, where the search's
+    tables assume balanced stages) on its per-micro-batch figures. `program` itself where there is none."""
+    if cluster.costs is None or program.schedule is None or program.pipeline_degree <= 1:
+        return program
+    chunk_p = stage_times(program, stage_of, strategy_of).chunk_p
+    scale = cluster.costs.plan_scale(cluster, program.schedule, program.pipeline_degree, program.micro_batches,
+                                     program.virtual_stages, chunk_p)
+    if scale == 1.0:
+        return program
+    weights = None if program.weight_gradient is None else program.weight_gradient * scale
+    return replace(program, A=program.A * scale, R=program.R * scale, weight_gradient=weights)
+
+
 def predict(model: ModelSpec, cluster: ClusterSpec, workload: Workload, program: StageProgram,
             stage_of: np.ndarray, strategy_of: np.ndarray) -> dict:
-    """The `predicted` section of the plan contract."""
+    """The `predicted` section of the plan contract (of the plan's own tables, `as_planned`)."""
+    program = as_planned(program, cluster, stage_of, strategy_of)
     times = stage_times(program, stage_of, strategy_of)
     tpi = evaluate_unchecked(program, stage_of, strategy_of)
     work = float(times.chunk_p.sum()) * program.micro_batches  # every micro-batch through every chunk, spread over the groups

@@ -47,6 +47,10 @@ class StageProgram:
     placement: np.ndarray | None = None
     """(stages,) the device group of each chunk, for a schedule that does not put chunk j on group j mod P (a V:
     `Schedule.stage_of_chunk`); None: j mod P. Whatever the placement, chunk j is its group's (j // P)-th."""
+    schedule: str | None = None
+    """The schedule the tables price, as it runs (GPipe for 1F1B with fewer micro-batches than stages): the
+    solver reads `inflight`, `held` and `split_schedule` instead; a cost source's per-plan figures
+    (`CostSource.plan_scale`) need the order itself. None: no such figures."""
 
     @property
     def chunk_groups(self) -> np.ndarray:

@@ -41,11 +41,12 @@ def parse_methods(methods) -> list[str]:
 
 
 def recost(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> float:
-    """A plan's iteration time by `evaluate` on freshly built tables (math.inf if it does not fit)."""
-    from uniap.estimate import cost_plan
+    """A plan's iteration time by `evaluate` on freshly built tables, as the plan runs them (math.inf if it does
+    not fit)."""
+    from uniap.estimate import as_planned, cost_plan
 
     program, stage_of, strategy_of = cost_plan(plan, model, cluster)
-    return evaluate(program, stage_of, strategy_of)
+    return evaluate(as_planned(program, cluster, stage_of, strategy_of), stage_of, strategy_of)
 
 
 def run_uniap(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, schedule: str, solver: str,

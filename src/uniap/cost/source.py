@@ -38,3 +38,9 @@ class CostSource(Protocol):
                       R: np.ndarray, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray, str]:
         """What a measured runtime adds to the per-layer figures of one pipeline configuration (P = `stages`,
         c = `micro_batches`, v = `virtual_stages` chunks per stage): (A, R, schedule)."""
+
+    def plan_scale(self, cluster: ClusterSpec, schedule: str, stages: int, micro_batches: int, virtual_stages: int,
+                   chunk_times: np.ndarray) -> float:
+        """Factor on one plan's per-micro-batch figures beyond its configuration's `adjust_tables` (1: none), from
+        the plan's own per-chunk seconds per micro-batch: `adjust_tables` is one figure per configuration, which
+        the solver needs, and a plan's own stage times can say more (ranks sharing cores, `profile.calibration`)."""

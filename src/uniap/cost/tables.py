@@ -458,7 +458,8 @@ def build_program(model: ModelSpec, cluster: ClusterSpec, workload: Workload, st
                         memory_capacity=cluster.memory_capacity, group=groups, virtual_stages=virtual_stages,
                         held=held_array(ran, stages, micro_batches, virtual_stages) if ran.interleaved else None,
                         placement=placement(ran, stages, virtual_stages),
-                        weight_gradient=weights, split_schedule=ran.name if ran.split_backward else None)
+                        weight_gradient=weights, split_schedule=ran.name if ran.split_backward else None,
+                        schedule=ran.name)
 
 
 def weight_gradient_shares(model: ModelSpec, cluster: ClusterSpec, workload: Workload, micro_batches: int,

@@ -64,7 +64,7 @@ def recost(plan: Plan, cluster: ClusterSpec | str | None = None) -> Figures:
     """Per-stage and per-layer figures by re-costing the plan (`estimate.cost_plan` + `solve.program.stage_times`),
     so the report shows the cost model's numbers; falls back to the plan's `predicted` section if that is
     impossible."""
-    from uniap.estimate import cost_plan, evaluate_unchecked, workload_of
+    from uniap.estimate import as_planned, cost_plan, evaluate_unchecked, workload_of
     from uniap.solve.program import stage_times
     from uniap.spec.cluster import load_cluster
     from uniap.spec.families import build_layers
@@ -77,6 +77,7 @@ def recost(plan: Plan, cluster: ClusterSpec | str | None = None) -> Figures:
         if clus.devices != plan.world_size:
             raise UniapError(f"cluster {clus.name} has {clus.devices} devices, the plan {plan.world_size}")
         program, stage_of, strategy_of = cost_plan(plan, model, clus)
+        program = as_planned(program, clus, stage_of, strategy_of)
         times = stage_times(program, stage_of, strategy_of)
     except UniapError as exc:
         return _from_plan_file(plan, exc)
