@@ -278,9 +278,14 @@ def plan(
         print_prediction(result, f"uniap plan: {spec.name} on {clus.name}" + (f" for {engine.value}" if engine else ""))
         if profile is not None:
             _print_interval(result)
+            if result.search.get("search_ranked_first"):
+                out.print(f"the search returned {result.search['search_ranked_first']}; solved alone and priced by "
+                          f"its own stage times, the plan above is faster", highlight=False)
             _print_runner_ups(found, complete)
         if engine is not None:
-            out.print(f"engine-restricted plan is {100 * result.search['slowdown']:.1f}% slower than the free optimum "
+            slowdown = result.search["slowdown"]  # < 0 only where a plan's own stages price it under the free one's
+            out.print(f"engine-restricted plan is {100 * abs(slowdown):.1f}% {'slower' if slowdown >= 0 else 'faster'} "
+                      f"than the free optimum "
                       f"({result.search['free_iteration_time_s']:.4g} s per iteration)")
         if out_path:
             out.print(f"plan written to {out_path}")
@@ -364,9 +369,9 @@ def _with_runner_ups(result, spec, clus, workload, profile, schedule, solver, ma
 
     intervals = Intervals(clus, profile_of(clus), spec, workload, profile)
     result = intervals.attach(result)
-    found, complete = runner_ups(spec, clus, workload, result, intervals, schedule=schedule, solver=solver,
-                                 max_tp=max_tp, max_cp=max_cp, max_virtual_stages=max_virtual_stages,
-                                 time_limit=time_limit or 60.0)
+    result, found, complete = runner_ups(spec, clus, workload, result, intervals, schedule=schedule,
+                                         solver=solver, max_tp=max_tp, max_cp=max_cp,
+                                         max_virtual_stages=max_virtual_stages, time_limit=time_limit or 60.0)
     listed = [{"plan": describe(r.plan), "iteration_time_s": float(r.plan.predicted["iteration_time_s"]),
                "interval_s": None if r.plan.interval is None else [r.plan.interval.low_s, r.plan.interval.high_s],
                "slower": r.slower, "tie": r.tie} for r in found]

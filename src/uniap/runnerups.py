@@ -11,7 +11,7 @@ measured) cannot say which of the two is faster.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 from uniap.plans import Plan
@@ -31,21 +31,26 @@ class RunnerUp:
 
 def runner_ups(model, cluster, workload, chosen: Plan, intervals, *, schedule: str, solver: str = "highs",
                max_tp: int | None = None, max_cp: int | None = None, max_virtual_stages: int = 2,
-               time_limit: float = 60.0) -> tuple[list[RunnerUp], bool]:
-    """The best plan of each pipeline configuration other than the chosen plan's, fastest first, those inside
-    the chosen plan's interval marked as ties; and whether every configuration was solved within `time_limit`
-    seconds (False: the list is partial)."""
+               time_limit: float = 60.0) -> tuple[Plan, list[RunnerUp], bool]:
+    """The chosen plan; the best plan of each other pipeline configuration, fastest first, those inside the
+    chosen plan's interval marked as ties; and whether every configuration was solved within `time_limit`
+    seconds (False: the list is partial).
+
+    Where ranks share cores, a plan is priced by its own stage times (`estimate.as_planned`) and the search by
+    balanced ones (and a search that ran out of time returns its best so far), so a runner-up can come out faster
+    than the plan the search returned: it is then the chosen plan (with the search's facts, not proven optimal,
+    `search_ranked_first` naming the search's plan), and the search's plan a runner-up. Not under an engine's
+    rules: the runner-ups are the free search's."""
     from uniap.estimate import make_plan, predict
     from uniap.planner import build_candidate, candidates, stage_strategies
     from uniap.schedules import searched_schedules
     from uniap.solve.uop import search
+    from uniap.views import describe
 
     cands = candidates(model, cluster, workload, searched_schedules(schedule), max_virtual_stages)
     build = partial(build_candidate, model=model, cluster=cluster, workload=workload, max_tp=max_tp, cache={},
                     max_cp=max_cp)
     mine = (chosen.pipeline.degree, chosen.pipeline.micro_batches, chosen.virtual_stages, chosen.pipeline.schedule)
-    point = float(chosen.predicted["iteration_time_s"])
-    high = chosen.interval.high_s if chosen.interval is not None else point
     deadline = time.perf_counter() + float(time_limit)
     found, complete = [], True
     for cand in cands:
@@ -63,8 +68,17 @@ def runner_ups(model, cluster, workload, chosen: Plan, intervals, *, schedule: s
         plan = make_plan(model, cluster, workload, cand.schedule, cand.micro_batches,
                          stage_strategies(model, cluster, workload, cand, max_tp, max_cp), sol.stage_of,
                          sol.strategy_of, predicted, None, virtual_stages=cand.virtual_stages)
-        plan = intervals.attach(plan) if intervals is not None else plan
-        t = float(predicted["iteration_time_s"])
-        found.append(RunnerUp(plan, t / point - 1.0, t <= high))
-    found.sort(key=lambda r: r.slower)
-    return found, complete
+        found.append(intervals.attach(plan) if intervals is not None else plan)
+    fastest = min(found, key=_time, default=chosen)
+    if _time(fastest) < _time(chosen) and not (chosen.search or {}).get("engine"):  # the list is not the engine's
+        found[found.index(fastest)] = chosen
+        chosen = replace(fastest, search=dict(chosen.search or {}, search_ranked_first=describe(chosen),
+                                              optimal=False, gap=None))
+    point = _time(chosen)
+    high = chosen.interval.high_s if chosen.interval is not None else point
+    others = [RunnerUp(plan, _time(plan) / point - 1.0, _time(plan) <= high) for plan in found]
+    return chosen, sorted(others, key=lambda r: r.slower), complete
+
+
+def _time(plan: Plan) -> float:
+    return float(plan.predicted["iteration_time_s"])

@@ -261,6 +261,85 @@ def test_pipeline_sharing_is_the_simulated_schedule_on_shared_cores():
     assert pipeline_sharing(shared, 4, 8, 2, "interleaved-1f1b") > pipeline_sharing(shared, 4, 8)
 
 
+def test_a_plans_own_stage_times_correct_the_balanced_contention():
+    """`plan_scale`: 1 for equal chunks, where ranks do not share and for one stage; below 1 where one stage is
+    much lighter (it idles, and the heavy stage has the two cores to itself): the demo's pp2 mixed plan."""
+    from uniap.profile.calibration import plan_scale
+
+    shared = calibrate(load_cluster("cpu:1x4"), synthetic_profile(TINY, SEQ, 4, cores=2))
+    for schedule, P, c, v in (("1f1b", 2, 4, 1), ("gpipe", 4, 4, 1), ("interleaved-1f1b", 2, 4, 2),
+                              ("zero-bubble", 2, 4, 1), ("zero-bubble-v", 2, 4, 2)):
+        S = P * v
+        assert plan_scale(shared, schedule, P, c, v, np.full(S, 0.3)) == pytest.approx(1.0)
+    assert plan_scale(shared, "1f1b", 1, 4, 1, np.array([0.3])) == 1.0
+    own = calibrate(load_cluster("cpu:1x4"), synthetic_profile(TINY, SEQ, 4, cores=4))
+    assert plan_scale(own, "1f1b", 2, 4, 1, np.array([0.1, 0.3])) == 1.0
+    # two stages of two ranks on 2 cores, c = 4, F = B/2: balanced, both stages compute 4·2/5 of the step at once,
+    # φ = 1.6 / 2; with the second stage 3x the first, they overlap for a third of the heavy stage's work only
+    light = plan_scale(shared, "1f1b", 2, 4, 1, np.array([0.1, 0.3]))
+    assert light < 0.85
+    from uniap.schedules import FORWARD_SHARE, schedule_named, simulate_shared
+
+    fwd, bwd = [FORWARD_SHARE * t for t in (0.1, 0.3)], [(1 - FORWARD_SHARE) * t for t in (0.1, 0.3)]
+    args = (schedule_named("1f1b"), 2, 4, 1, fwd, bwd, [b / 2 for b in bwd], [0.0])
+    ratio = simulate_shared(*args, lambda n: max(1.0, n)) / simulate_shared(*args, lambda n: 1.0)
+    assert light == pytest.approx((ratio / 2) / concurrency_scale(shared, 2, 4))
+
+
+def test_a_plan_is_priced_by_its_own_stages_and_the_formula_bounds_their_shared_run():
+    """`estimate.predict` prices a plan by its own stage times (`as_planned`): on random uneven chunks of every
+    schedule, the formula on the scaled tables is at least the plan's own shared-core simulation (the faithful
+    run of 4 ranks on 2 cores), and a plan with a light stage is predicted faster than the search's balanced
+    tables say."""
+    from uniap.estimate import as_planned
+    from uniap.schedules import FORWARD_SHARE, SCHEDULES, chunks_per_stage, simulate_shared
+    from uniap.solve.program import evaluate
+
+    shared = calibrate(load_cluster("cpu:1x4"), synthetic_profile(TINY, SEQ, 4, cores=2))
+    full = 2.0  # the profile measured every layer with 4 ranks on 2 cores
+    rng = np.random.default_rng(7)
+    lighter = 0
+    for name, chosen in sorted(SCHEDULES.items()):
+        for P, c, v in ((2, 4, 2), (2, 2, 1), (4, 8, 2), (2, 6, 3), (4, 4, 1)):
+            try:
+                chosen.check(P, c, v)
+            except UniapError:
+                continue
+            ran = chosen.runs_as(P, c)
+            S = P * chunks_per_stage(ran, v)
+            for _ in range(6):
+                alone = rng.lognormal(0.0, 0.8, S)  # seconds per micro-batch of each chunk, ranks alone
+                phi = concurrency_scale(shared, P, c, v, ran.name)
+                program = _chain_program(alone * full * phi, P, c, v, ran)
+                stage_of, strategy_of = np.arange(S), np.zeros(S, dtype=int)
+                planned = as_planned(program, shared, stage_of, strategy_of)
+                fwd = list(FORWARD_SHARE * alone)
+                bwd = list((1 - FORWARD_SHARE) * alone)
+                run = simulate_shared(ran, P, c, v, fwd, bwd, [b / 2 for b in bwd], [0.0] * (S - 1),
+                                      lambda n: max(1.0, n * (4 / P) / 2))
+                assert evaluate(planned, stage_of, strategy_of) >= run * (1 - 1e-9), (name, P, c, v)
+                lighter += evaluate(planned, stage_of, strategy_of) < evaluate(program, stage_of, strategy_of)
+    assert lighter > 0
+
+
+def _chain_program(chunk_times, P, c, v, ran):
+    """One layer per chunk, no resharding, sends or syncs; the weight pass half the backward."""
+    from uniap.cost.tables import held_array, placement
+    from uniap.program import StageProgram
+    from uniap.schedules import FORWARD_SHARE
+
+    S = len(chunk_times)
+    A = np.asarray(chunk_times, dtype=float)[:, None]
+    zeros = np.zeros((S, 1))
+    return StageProgram(A=A, G=zeros, Ms=zeros, Ma=zeros, R=np.zeros((S - 1, 1, 1)), Rp=np.zeros((S - 1, 1, 1)),
+                        allowed=np.ones((S, 1), dtype=bool), stages=S, micro_batches=c,
+                        inflight=np.array(ran.inflight(P, c, v), dtype=float), memory_capacity=np.inf,
+                        group=np.arange(S), virtual_stages=S // P,
+                        held=held_array(ran, P, c, v) if ran.interleaved else None, placement=placement(ran, P, v),
+                        weight_gradient=A * (1 - FORWARD_SHARE) / 2 if ran.split_backward else None,
+                        split_schedule=ran.name if ran.split_backward else None, schedule=ran.name)
+
+
 def test_the_pipeline_slot_cost_is_slowed_like_the_stages():
     fastest = np.full(6, 0.01)
     shared = calibrate(load_cluster("cpu:1x4"), synthetic_profile(TINY, SEQ, 4, cores=2, per_slot=0.005))
@@ -349,3 +428,30 @@ def test_a_calibrated_search_takes_only_what_the_profile_measured(doc):
             s = layer.strategy
             assert Strategy(s.dp, s.tp, s.zero if s.dp > 1 else 0, s.recompute, s.sp, cp=s.cp) in held, s.label()
         assert cluster.costs.holds(Strategy(4, 1, recompute="selective")) == (profile is doc)
+
+
+def test_one_plan_has_one_figure_priced_by_its_own_stages():
+    """A pp2 plan with a light first stage on 4 ranks sharing 2 cores: `predict` gives the figure of its own stage
+    times, below the balanced tables' (the search's), and `estimate --plan`, the report and the comparison give
+    that same figure."""
+    from uniap.baselines.comparison import recost as compared
+    from uniap.estimate import as_planned, cost_plan, make_plan, predict
+    from uniap.report.render import recost as reported
+    from uniap.solve.program import evaluate
+
+    shared = calibrate(load_cluster("cpu:1x4"), synthetic_profile(TINY, SEQ, 4, cores=2))
+    strategies = [Strategy(2, 1)]
+    program = build_program(MODEL, shared, FP32, 2, 4, strategies)
+    assert program.schedule == "1f1b"
+    stage_of = np.array([0] + [1] * (len(MODEL.layers) - 1))  # the embedding alone on the first stage
+    strategy_of = np.zeros(len(MODEL.layers), dtype=int)
+    predicted = predict(MODEL, shared, FP32, program, stage_of, strategy_of)["iteration_time_s"]
+    assert predicted == pytest.approx(evaluate(as_planned(program, shared, stage_of, strategy_of), stage_of,
+                                               strategy_of))
+    assert predicted < 0.95 * evaluate(program, stage_of, strategy_of)
+    plan = make_plan(MODEL, shared, FP32, "1f1b", 4, strategies, stage_of, strategy_of,
+                     predict(MODEL, shared, FP32, program, stage_of, strategy_of))
+    again, s, k = cost_plan(plan, MODEL, shared)
+    assert predict(MODEL, shared, FP32, again, s, k)["iteration_time_s"] == pytest.approx(predicted)
+    assert reported(plan, shared).tpi == pytest.approx(predicted)
+    assert compared(plan, MODEL, shared) == pytest.approx(predicted)

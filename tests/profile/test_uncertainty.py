@@ -247,3 +247,22 @@ def test_plan_with_a_profile_prints_its_interval_and_runner_ups_ties_marked(tmp_
     estimate = " ".join(cli("estimate", "--model", "tiny-gpt", "--cluster", "cpu:1x4", "--global-batch", "8", "--seq-len",
                    str(SEQ), "--precision", "fp32", "--dp", "4", "--profile", str(path)).stdout.split())
     assert "90% interval" in estimate
+
+
+def test_a_runner_up_priced_faster_than_the_searchs_plan_becomes_the_chosen_one():
+    """Priced by its own stages (`estimate.as_planned`), a runner-up can beat the plan the search ranked first by
+    balanced ones: it is then chosen, and the search's plan is listed as a runner-up."""
+    from uniap.estimate import estimate_uniform
+    from uniap.runnerups import runner_ups
+
+    model = build_layers(TINY, SEQ)
+    workload = Workload(8, SEQ, "fp32")
+    cluster = calibrate(load_cluster("cpu:1x4"), three_pass_profile(), model=model, workload=workload)
+    slow = estimate_uniform(model, cluster, workload, tp=2, dp=1, pp=2, micro_batches=2)  # not the best
+    slow = replace(slow, search={"solver": "highs", "optimal": True})
+    chosen, found, complete = runner_ups(model, cluster, workload, slow, None, schedule="1f1b")
+    assert complete and found
+    assert chosen.predicted["iteration_time_s"] < slow.predicted["iteration_time_s"]
+    assert chosen.search["solver"] == "highs" and chosen.search["search_ranked_first"]
+    assert all(r.slower >= 0 for r in found)
+    assert any(r.plan.predicted == slow.predicted for r in found)

@@ -2,8 +2,9 @@
 assignment into a Plan.
 
 A baseline only *chooses* (stage, strategy) per layer. Its predicted iteration time is always
-`solve.program.evaluate` of that choice on the tables of `cost.tables.build_program` — never a private
-formula — so a baseline and `uniap` are compared on exactly the same costs.
+`solve.program.evaluate` of that choice on the tables of `cost.tables.build_program`, as the plan runs them
+(`estimate.as_planned`) — never a private formula — so a baseline and `uniap` are compared on exactly the same
+costs.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 
 from uniap.cost.tables import build_program
 from uniap.errors import UniapError
-from uniap.estimate import make_plan, predict
+from uniap.estimate import as_planned, make_plan, predict
 from uniap.plans import Plan
 from uniap.program import StageProgram
 from uniap.solve.program import evaluate, lower_bound
@@ -136,7 +137,7 @@ def finish(method: str, model: ModelSpec, cluster: ClusterSpec, workload: Worklo
     if best.program is None or not math.isfinite(best.value):
         return BaselineResult(method, None, None, elapsed, False, "nothing fits", candidates)
     program = best.program
-    value = evaluate(program, best.stage_of, best.strategy_of)
+    value = evaluate(as_planned(program, cluster, best.stage_of, best.strategy_of), best.stage_of, best.strategy_of)
     if not math.isfinite(value):  # cannot happen: `offer` only keeps finite values
         raise UniapError(f"{method}: internal error, chosen plan is infeasible")
     # Keep only the strategies used, in a stable order, so the plan file lists what runs.

@@ -1,4 +1,5 @@
-"""UniAP side by side with the baselines, every method scored by the same `evaluate` on the same cost tables."""
+"""UniAP side by side with the baselines, every method scored by the same `evaluate` on the same cost tables (as
+each plan runs them, `estimate.as_planned`)."""
 
 from __future__ import annotations
 

@@ -25,7 +25,9 @@ event simulation of the schedules' operation order from above (report.timeline; 
 test_schedule_bounds.py checks it on random programs and on the plans the solver returns). Memory: a group's
 static bytes plus its activations at the largest of its occupancy patterns (`held`). The MILP, the reference
 solver, `estimate`, the baselines and the report all call `evaluate`, so a plan's predicted time is the same
-number everywhere; the MILP's own objective is only trusted after `evaluate` has recomputed it.
+number everywhere (on the tables as the plan runs them, `estimate.as_planned`: where a profile's ranks shared
+cores, a plan's own stage times set their contention, and the search's tables assume balanced stages); the
+MILP's own objective is only trusted after `evaluate` has recomputed it.
 """
 
 from __future__ import annotations
