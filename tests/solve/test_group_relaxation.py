@@ -167,7 +167,7 @@ def test_a_deferred_step_hands_its_direct_plan_to_the_search():
     assert outcome.bound <= best.objective * (1 + 1e-9) <= found.objective * (1 + 1e-9) and found.objective < cutoff
     state, queue = _State(["candidate"], {}, None), []
     assert state.defer(queue, (0, 0.0, 0), outcome, 0.1)
-    assert state.best is found and state.cutoff() == found.objective and queue == [(1, outcome.bound, 0)]  # the chunk MILP: next tier
+    assert state.best is found and state.cutoff() == found.objective and queue == [(0, outcome.bound, 0)]  # the chunk MILP keeps its tier
 
 
 @pytest.mark.parametrize("seed", range(30))
