@@ -337,9 +337,9 @@ def plan_scale(cluster: ClusterSpec, schedule: str, stages: int, micro_batches: 
 
     A plan with a much lighter stage keeps fewer ranks busy at once than balanced stages do, and its heavy stage
     has the cores to itself more often: the demo's pp2 mixed plan (a dp2 stage, then a tp2 stage three times
-    slower) was over-predicted by 24 … 44 % in every run of 4 to 7 December with φ alone. φ stays what the search
-    uses: its tables need one figure per configuration; `estimate.predict` applies this factor to the plan it
-    prices. The formula on the scaled tables still bounds the plan's own shared-core simulation (the formula
+    slower) was over-predicted by 24 … 61 % with φ alone, in all runs of 4 to 7 December but one. φ stays what
+    the search uses: its tables need one figure per configuration; `estimate.predict` applies this factor to the
+    plan it prices. The formula on the scaled tables still bounds the plan's own shared-core simulation (the formula
     bounds the order alone, and both are stretched by the same simulated ratio)."""
     world = int(profile_of(cluster).get("world_size") or 1)
     cores = _cores(cluster)
