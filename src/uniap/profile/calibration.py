@@ -348,10 +348,9 @@ def plan_scale(cluster: ClusterSpec, schedule: str, stages: int, micro_batches: 
     times = np.asarray(chunk_times, dtype=float)
     if not np.all(np.isfinite(times)) or times.sum() <= 0:
         return 1.0
-    full = sharing(cluster, world)
-    balanced = min(1.0, _shared_makespan(schedule, stages, micro_batches, virtual_stages, world, cores) / full)
-    own = min(1.0, _shared_ratio(schedule, stages, micro_batches, virtual_stages, times, world, cores) / full)
-    return own / balanced
+    own = min(1.0, _shared_ratio(schedule, stages, micro_batches, virtual_stages, times, world, cores)
+              / sharing(cluster, world))
+    return own / concurrency_scale(cluster, stages, micro_batches, virtual_stages, schedule)
 
 
 def concurrency_scale(cluster: ClusterSpec, stages: int, micro_batches: int, virtual_stages: int = 1,
