@@ -11,10 +11,12 @@ regret and the share of measured times inside their interval. Targets (issue 24)
     regret of the chosen plan <= 5%                     memory, predicted vs measured, within 15%
     measured inside its predicted interval >= 80%
 
-Timings on a shared 2-core machine vary run to run, so the script repeats the demo, reports each repetition,
-the spread of every plan's measured time across repetitions (the noise floor any prediction lives with), and the
-CPU time other processes took while it ran (another user's job — e.g. a benchmark of the solver — slows the runs
-or the profile, not both alike, and makes that repetition's errors meaningless; it is flagged above 5% of a core).
+Timings on a shared 2-core machine vary run to run, so the script repeats the demo and reports each repetition;
+the spread of every plan's measured time across repetitions and across the rounds of one repetition
+(`uniap.demo.round_spread`: the noise floor any prediction lives with); and the CPU time other processes took
+while it ran (another user's job — e.g. a benchmark of the solver — slows the runs or the profile, not both alike,
+and makes that repetition's errors meaningless; it is flagged above 5% of a core). A neighbour on the host is
+invisible to that count; the rounds' spread shows it.
 
 Run:  python benchmarks/demo_accuracy.py [--repeat 3] [--models demo-gpt,gqa-llama] [--out-dir out/demo-accuracy]
       [--json results.json] [--comparisons N] [--score-only]   (score-only: measure nothing, re-score --out-dir)
@@ -211,6 +213,10 @@ def summarize(console, name: str, runs: list[dict]) -> None:
             console.print(f"  {row['plan']:16s} " + "  ".join(f"{t * 1e3:7.1f} ms" for t in times)
                           + f"   spread {spread * 100:5.1f}%")
         console.print(f"median spread {statistics.median(spreads) * 100:.1f}%")
+    within = [r.get("round_spread") for r in runs]
+    if all(x is not None for x in within):
+        console.print("noise within each repetition (a plan's rounds, max/min − 1, median over the plans): "
+                      + ", ".join(f"{x * 100:.1f}%" for x in within))
     console.print("wall time per repetition: " + ", ".join(f"{r['wall_s']:.0f} s" for r in runs)
                   + "; other processes' CPU-s: " + ", ".join(f"{r['others_cpu_s']:.1f}" for r in runs))
 

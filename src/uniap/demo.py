@@ -175,7 +175,23 @@ def statistics(rows: list[dict]) -> dict:
         "regret": (chosen[0]["measured_s"] / best - 1.0) if chosen else None,
         "memory_median_abs_rel_error": float(np.median(mem)) if mem else None,
         "memory_max_abs_rel_error": float(np.max(mem)) if mem else None,
+        "round_spread": round_spread(rows),
     }
+
+
+def round_spread(rows: list[dict]) -> float | None:
+    """Median over the plans of max/min − 1 of a plan's measured time in each round (one launch per plan, minutes
+    after the last; the warm-up steps left out): how far this run's own measurements of one plan disagree. No
+    profile sees it, so it is the floor under the run's errors. A neighbour on the host that the machine's own
+    process counts cannot see shows here: on 7 December the demo GPT's rounds differed by 4–6 % in the morning and
+    by 15–25 % in the afternoon and evening. None with a single round."""
+    spreads = []
+    for row in rows:
+        rounds = [float(np.median(times[WARMUP_STEPS:])) for times in row.get("step_times_s") or []
+                  if len(times) > WARMUP_STEPS]
+        if len(rounds) > 1:
+            spreads.append(max(rounds) / min(rounds) - 1.0)
+    return float(np.median(spreads)) if spreads else None
 
 
 def run_demo(out_dir: str | Path = "out/demo", *, nproc: int | None = None, steps: int = 8, rounds: int = 3, reps: int = 3,

@@ -37,11 +37,28 @@ def test_demo_reports_predicted_and_measured_for_every_plan(demo):
     assert sorted(r["measured_rank"] for r in rows) == [1, 2, 3]
     assert -1.0 <= result["kendall_tau"] <= 1.0
     assert result["regret"] >= 0 and result["median_abs_rel_error"] >= 0
+    assert result["round_spread"] >= 0  # two rounds of each plan: how far they disagree
     # the --format json contract
     assert {"rows", "median_abs_rel_error", "kendall_tau", "regret"} <= set(result)
     assert {"plan", "predicted_s", "measured_s"} <= set(rows[0])
     assert (out / "predicted_vs_measured.png").stat().st_size > 1000
     assert json.loads((out / "demo.json").read_text())["rows"][0]["plan"] == rows[0]["plan"]
+
+
+def test_the_noise_under_a_demos_errors_is_how_far_one_plans_rounds_disagree():
+    """`round_spread`: per plan, max/min − 1 of its rounds' median step times after the warm-up steps; the median
+    over the plans. A neighbour on the host slows rounds unevenly and shows here, where the count of the machine's
+    other processes cannot see it."""
+    from uniap.demo import WARMUP_STEPS, round_spread, statistics
+
+    warm = [9.0] * WARMUP_STEPS  # warm-up steps, left out however slow
+    rows = [{"step_times_s": [warm + [1.0, 1.0, 1.2], warm + [1.1, 1.1, 1.1]]},  # rounds at 1.0 and 1.1: 10 %
+            {"step_times_s": [warm + [2.0], warm + [3.0], warm + [2.5]]},  # 2.0 … 3.0: 50 %
+            {"step_times_s": [warm + [4.0], warm + [4.0]]}]  # 0 %
+    assert round_spread(rows) == pytest.approx(0.10)
+    assert round_spread([{"step_times_s": [warm + [1.0]]}]) is None  # one round: nothing to compare
+    scored = [{**row, "predicted_s": 1.0, "measured_s": 1.0, "error": 0.0, "memory_error": None} for row in rows]
+    assert statistics(scored)["round_spread"] == pytest.approx(0.10)
 
 
 def test_demo_profile_and_plan_are_consistent(demo):

@@ -48,6 +48,9 @@ def summary_lines(result: dict) -> list[str]:
     lines = [f"median absolute relative error: [bold]{result['median_abs_rel_error'] * 100:.1f}%[/bold]   "
              f"Kendall τ: [bold]{result['kendall_tau']:.2f}[/bold]   regret of the chosen plan: "
              f"[bold]{(result['regret'] or 0.0) * 100:.1f}%[/bold]"]
+    if result.get("round_spread") is not None:
+        lines.append(f"noise: one plan's rounds differ by {result['round_spread'] * 100:.1f}% (median over the plans, "
+                     "max/min − 1), a floor under these errors that no profile sees")
     if result.get("memory_median_abs_rel_error") is not None:
         lines.append(f"memory (model states + saved activations, per rank): median |error| "
                      f"{result['memory_median_abs_rel_error'] * 100:.1f}%, max "
