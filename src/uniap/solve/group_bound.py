@@ -105,47 +105,12 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
     #              (choices, blocks + 1)
     choices = []  # per group: the indices of its kept choices among its kind's
     kept_of: dict[tuple, tuple] = {}  # groups of one kind whose M and counts that fit agree keep the same
-    capacity = float(program.memory_capacity) * (1 + MEMORY_RTOL)
     for d, kind in enumerate(kind_of):
-        a, time_bound, g, levels, counts, extra, largest, rates, byte_rates = kinds[kind]
-        M = largest(program.group_inflight[d], capacity)  # inf where the group's bytes fit no cut into chunks
-        fits = np.isfinite(M)
-        if cutoff is not None:
-            # Whatever B, the slope times B plus the group's term ≥ rate·a + its bubble share (B < M:
-            # own·B + rate·(a − v·B) + …; else rate·v·M + … ≥ rate·a + …; c·a under interleaved 1F1B): a count
-            # whose time alone reaches the cut-off is dropped, and the bound is then capped at it.
-            fits = fits & (pricing.rate * a + extra + sends < cutoff)
-        key = (kind, fits.tobytes(), M.tobytes())
-        if key not in kept_of:
-            # A choice that another beats in every rate its a and g grow with, and in the most count that fits,
-            # is never needed: M grows with those rates too, and where memory forces it higher it grows with the
-            # bytes as well (with a lighter, faster choice, every largest chunk that fits the other's bytes fits
-            # its own), so there the bytes must be beaten too.
-            most = np.where(fits.any(axis=1), fits.shape[1] - np.argmax(fits[:, ::-1], axis=1), -1)
-            forced = not np.array_equal(M[fits], time_bound[fits])
-            keep = undominated(np.arange(len(M)), np.zeros(len(M), dtype=int),
-                               [*rates, *(byte_rates if forced else ()), -most]) if fits.any() else fits.any(axis=1)
-            verdict = None if fits.any() else math.inf if not np.isfinite(M).any() else float(cutoff)
-            kept_of[key] = (len(kept_of), keep, M[keep], fits[keep], verdict)
-        profile, keep, M, fits, verdict = kept_of[key]
-        if verdict is not None:  # no count fits its memory (inf), or none can beat the cut-off (capped there)
-            return (verdict, None) if contents else verdict
-        # Every cut has at least the most even cut's excess over a slot, and at least its largest chunk's
-        # (`_slot_values`): M, or the most even cut's largest where that is more (no cut's is less).
-        levels_kept, counts_kept = levels[:, keep], counts[:, keep]
-        even_largest = np.where(counts_kept > 0, levels_kept, 0.0).max(axis=0)
-        if cutoff is not None:
-            # Pruning against a cut-off prices the largest chunks alone, F of them at the most even cut's
-            # largest where memory forces no more (else the forced one): a third of the work per slot, and
-            # most candidates it meets are far from the cut-off. The exact bound prices the whole cut.
-            top = levels_kept >= even_largest[None] * (1 - 1e-12)
-            full = np.where(M > even_largest * (1 + 1e-9), 1.0, (counts_kept * top).sum(axis=0))
-            none = np.zeros_like(full)
-            levels_kept = np.stack([np.maximum(M, even_largest), none, none])
-            counts_kept = np.stack([full, none, none])
-        groups.append(((kind, profile), a[keep], np.maximum(M, even_largest), g[keep], fits, levels_kept,
-                       counts_kept, extra[keep]))
-        choices.append(np.flatnonzero(keep))
+        got = _group_choices(program, d, kind, kinds[kind], pricing, cutoff, kept_of)
+        if not isinstance(got, tuple):  # no count fits its memory (inf), or none can beat the cut-off (capped there)
+            return (got, None) if contents else got
+        groups.append(got[0])
+        choices.append(got[1])
     windows = [_window(*group[1:]) for group in groups]
     slots = np.unique(np.concatenate([[0.0]] + [_breakpoints(v, *group[1:], whole=cutoff is None)
                                                 for group in groups]))
@@ -182,6 +147,54 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
             _contents(program, reduced, kept, groups, choices, windows, blocks, pricing, *best_at)
         return best, at
     return best if cutoff is None else min(best, float(cutoff))
+
+
+def _group_choices(program: StageProgram, d: int, kind: str, terms: tuple, pricing: Pricing, cutoff: float | None,
+                   kept_of: dict) -> tuple | float:
+    """Group d's entry of `group_bound`: (((kind, profile), a, M, g, what fits, levels, counts, bubble share) over
+    its kept choices, their indices among its kind's), or the bound itself when no count fits the group's memory
+    (inf) or none can beat the cut-off (the cut-off). `kept_of` (shared by the groups of one call) keeps one set of
+    choices per kind, M and counts that fit."""
+    capacity = float(program.memory_capacity) * (1 + MEMORY_RTOL)
+    sends = pricing.sends
+    a, time_bound, g, levels, counts, extra, largest, rates, byte_rates = terms
+    M = largest(program.group_inflight[d], capacity)  # inf where the group's bytes fit no cut into chunks
+    fits = np.isfinite(M)
+    if cutoff is not None:
+        # Whatever B, the slope times B plus the group's term ≥ rate·a + its bubble share (B < M:
+        # own·B + rate·(a − v·B) + …; else rate·v·M + … ≥ rate·a + …; c·a under interleaved 1F1B): a count
+        # whose time alone reaches the cut-off is dropped, and the bound is then capped at it.
+        fits = fits & (pricing.rate * a + extra + sends < cutoff)
+    key = (kind, fits.tobytes(), M.tobytes())
+    if key not in kept_of:
+        # A choice that another beats in every rate its a and g grow with, and in the most count that fits,
+        # is never needed: M grows with those rates too, and where memory forces it higher it grows with the
+        # bytes as well (with a lighter, faster choice, every largest chunk that fits the other's bytes fits
+        # its own), so there the bytes must be beaten too.
+        most = np.where(fits.any(axis=1), fits.shape[1] - np.argmax(fits[:, ::-1], axis=1), -1)
+        forced = not np.array_equal(M[fits], time_bound[fits])
+        keep = undominated(np.arange(len(M)), np.zeros(len(M), dtype=int),
+                           [*rates, *(byte_rates if forced else ()), -most]) if fits.any() else fits.any(axis=1)
+        verdict = None if fits.any() else math.inf if not np.isfinite(M).any() else float(cutoff)
+        kept_of[key] = (len(kept_of), keep, M[keep], fits[keep], verdict)
+    profile, keep, M, fits, verdict = kept_of[key]
+    if verdict is not None:
+        return verdict
+    # Every cut has at least the most even cut's excess over a slot, and at least its largest chunk's
+    # (`_slot_values`): M, or the most even cut's largest where that is more (no cut's is less).
+    levels_kept, counts_kept = levels[:, keep], counts[:, keep]
+    even_largest = np.where(counts_kept > 0, levels_kept, 0.0).max(axis=0)
+    if cutoff is not None:
+        # Pruning against a cut-off prices the largest chunks alone, F of them at the most even cut's
+        # largest where memory forces no more (else the forced one): a third of the work per slot, and
+        # most candidates it meets are far from the cut-off. The exact bound prices the whole cut.
+        top = levels_kept >= even_largest[None] * (1 - 1e-12)
+        full = np.where(M > even_largest * (1 + 1e-9), 1.0, (counts_kept * top).sum(axis=0))
+        none = np.zeros_like(full)
+        levels_kept = np.stack([np.maximum(M, even_largest), none, none])
+        counts_kept = np.stack([full, none, none])
+    return ((kind, profile), a[keep], np.maximum(M, even_largest), g[keep], fits, levels_kept, counts_kept,
+            extra[keep]), np.flatnonzero(keep)
 
 
 def _sync_spread(windows, v: int, pricing: Pricing, blocks: int, omega: np.ndarray, B: float, cap: float) -> float:
