@@ -87,7 +87,7 @@ def models(out_dir: Path, which: list[str]) -> list[tuple[str, object]]:
 
 
 def score(result: dict, run_dir: Path, repredict: bool) -> dict:
-    """Intervals of every plan from the run's own profile (`uniap.profile.uncertainty`) and the share of measured
+    """Intervals of every plan from the run's own profile (`uniap.intervals`) and the share of measured
     times inside them; added to `result` (`repredict`: the rows costed again with the checked-out model first)."""
     from uniap.demo import score_intervals
 

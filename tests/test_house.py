@@ -41,6 +41,8 @@ def test_no_function_in_src_is_over_100_lines():
     ("solve", ("torch", "uniap.runtime", "uniap.cost", "uniap.profile")),  # the solver reads flat arrays only
     ("runtime", ("uniap.solve", "uniap.planner", "uniap.cost")),  # the runtime runs a plan; it never plans
     ("cost", ("uniap.profile", "uniap.solve", "uniap.runtime", "torch")),  # measured figures come as a CostSource
+    ("profile", ("uniap.solve", "uniap.estimate", "uniap.planner", "uniap.plans", "uniap.intervals")),  # it measures
+    # and calibrates; a plan's interval is costed above it (uniap.intervals)
 ])
 def test_a_package_never_imports_what_lies_downstream_of_it(package, forbidden):
     found = [f"{path.relative_to(SRC)} imports {module}" for path, tree in _trees()

@@ -174,7 +174,7 @@ def estimate(
                                   schedule=schedule.value, virtual_stages=virtual_stages, ep=ep, etp=etp,
                                   cp=cp)
     if profile is not None:
-        from uniap.profile.uncertainty import with_interval
+        from uniap.intervals import with_interval
 
         result = with_interval(result, spec, clus, profile)
     elif result.interval is not None:  # re-costed without a profile: the old interval no longer applies
@@ -188,7 +188,7 @@ def estimate(
 
 
 def _print_interval(result) -> None:
-    from uniap.profile.uncertainty import NO_INTERVAL, interval_line
+    from uniap.intervals import NO_INTERVAL, interval_line
 
     out.print(interval_line(result) or NO_INTERVAL, highlight=False)
 
@@ -352,7 +352,7 @@ def run(
 def _against_interval(plan_path: str, result: dict) -> str | None:
     """`uniap run`'s measured iteration time against the plan's interval (None: the plan has none)."""
     from uniap.plans import Plan
-    from uniap.profile.uncertainty import measured_against
+    from uniap.intervals import measured_against
 
     return measured_against(Plan.load(plan_path), float(result["iteration_time_s"]))
 
@@ -363,7 +363,7 @@ def _with_runner_ups(result, spec, clus, workload, profile, schedule, solver, ma
     from dataclasses import replace
 
     from uniap.profile.calibration import profile_of
-    from uniap.profile.uncertainty import Intervals
+    from uniap.intervals import Intervals
     from uniap.runnerups import runner_ups
     from uniap.views import describe
 

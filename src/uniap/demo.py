@@ -327,8 +327,8 @@ def score_intervals(result: dict, out_dir: str | Path, *, repredict: bool = Fals
     from uniap.plans import Plan
     from uniap.profile.calibration import calibrate
     from uniap.profile.schema import load_profile
-    from uniap.profile.uncertainty import (CLASSES, Intervals, first_passes, fit_classes, model_error_of,
-                                           predicted_time, relays_out)
+    from uniap.intervals import Intervals, predicted_time
+    from uniap.profile.uncertainty import CLASSES, first_passes, fit_classes, model_error_of, relays_out
     from uniap.spec.families import build_layers
     from uniap.spec.workload import Workload
 

@@ -146,8 +146,8 @@ class PipelineSection(_Section):
 
 @dataclass(frozen=True)
 class IntervalSection(_Section):
-    """The uncertainty of a calibrated prediction (`uniap.profile.uncertainty`): where the iteration time should
-    fall, from the spread of the profile the plan was costed with."""
+    """The uncertainty of a calibrated prediction (`uniap.intervals`; the statistics: `uniap.profile.uncertainty`):
+    where the iteration time should fall, from the spread of the profile the plan was costed with."""
 
     low_s: float
     """Low end of the interval on the iteration time (seconds)."""
@@ -207,7 +207,7 @@ class Plan:
     """What the search proved (solver, time, optimality, gap, ...); None for plans not searched."""
     interval: IntervalSection | None = None
     """The uncertainty interval of `predicted.iteration_time_s` when costed with a profile that records its
-    spread (`uniap.profile.uncertainty`); None otherwise and in plans older than the field."""
+    spread (`uniap.intervals`); None otherwise and in plans older than the field."""
 
     def __post_init__(self) -> None:
         for name, cls in _SECTIONS.items():

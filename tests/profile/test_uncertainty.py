@@ -14,9 +14,9 @@ from uniap.plans import IntervalSection, Plan
 from uniap.profile import collect
 from uniap.profile.calibration import calibrate
 from uniap.profile.collect import assemble, merge_raw
-from uniap.profile.uncertainty import (MODEL_ERROR_FILE, Z95, Intervals, first_passes, fit_classes, fit_model_error,
-                                       half_widths, interval_line, measured_against, model_error_of,
-                                       prediction_interval, relays_out, replicate_profiles, t95)
+from uniap.intervals import Intervals, interval_line, measured_against
+from uniap.profile.uncertainty import (MODEL_ERROR_FILE, Z95, first_passes, fit_classes, fit_model_error, half_widths,
+                                       model_error_of, prediction_interval, relays_out, replicate_profiles, t95)
 from uniap.spec.cluster import load_cluster
 from uniap.spec.families import build_layers
 from uniap.spec.workload import Workload
