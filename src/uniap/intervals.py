@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from uniap.estimate import cost_plan, predict, workload_of
+from uniap.plans import IntervalSection
+from uniap.profile.calibration import calibrate, profile_of
 from uniap.profile.uncertainty import (LEVEL, half_widths, method_text, model_error_of, prediction_interval,
                                        relays_out, replicate_profiles)
 
@@ -18,8 +21,6 @@ class Intervals:
     """Intervals of many plans under one profile: the replicate clusters are calibrated once."""
 
     def __init__(self, cluster, doc: dict, model, workload, profile_name: str | None = None):
-        from uniap.profile.calibration import calibrate
-
         self.replicates, self.kind = replicate_profiles(doc)
         self.clusters = [calibrate(cluster, r, model=model, workload=workload) for r in self.replicates]
         self.model, self.profile_name = model, profile_name
@@ -32,8 +33,6 @@ class Intervals:
     def of(self, plan, center: float | None = None):
         """The plan's IntervalSection (None when the profile has no spread to derive one from). center: the
         whole profile's prediction (default: the plan's `predicted` iteration time)."""
-        from uniap.plans import IntervalSection
-
         if not self.available:
             return None
         point = float(plan.predicted["iteration_time_s"]) if center is None else float(center)
@@ -53,8 +52,6 @@ class Intervals:
 
 def predicted_time(plan, model, cluster) -> float:
     """The plan's iteration time under `cluster`'s cost model (what `estimate --plan` predicts)."""
-    from uniap.estimate import cost_plan, predict, workload_of
-
     program, stage_of, strategy_of = cost_plan(plan, model, cluster)
     return float(predict(model, cluster, workload_of(plan), program, stage_of, strategy_of)["iteration_time_s"])
 
@@ -62,13 +59,9 @@ def predicted_time(plan, model, cluster) -> float:
 def with_interval(plan, model, cluster, profile_name: str | None = None):
     """`plan` (costed under `cluster`, calibrated with a profile) with its interval from that profile's spread,
     or with none (`interval=None`) when the profile records no spread or `cluster` is not calibrated."""
-    from uniap.profile.calibration import profile_of
-
     doc = profile_of(cluster)
     if not doc:
         return replace(plan, interval=None)
-    from uniap.estimate import workload_of
-
     intervals = Intervals(cluster, doc, model, workload_of(plan), profile_name)
     return replace(plan, interval=intervals.of(plan))
 
