@@ -103,3 +103,16 @@ def test_first_error_is_the_cause_and_quiet_ranks_are_named(tmp_path):
         path.unlink()
     assert failure_line(out, log, -9, Nodes(4)).startswith(
         "run failed: the torchrun agent of node 0 was killed by signal 9 (SIGKILL), and with it ranks 0, 1, 2, 3")
+
+
+def test_a_rank_killed_outranks_the_peers_torchrun_terminated(tmp_path):
+    """A two-node run with rank 3 killed: its node's agent SIGTERMs rank 2, and its report may list rank 2 first.
+    The SIGKILL is the cause (seen once in CI as "rank 2 was killed by signal 15")."""
+    out, log = tmp_path / "out", tmp_path / "torchrun.log"
+    out.mkdir()
+    terminated = REPORT.replace("rank      : 3 (local_rank: 1)", "rank      : 2 (local_rank: 0)") \
+        .replace("exitcode  : -9", "exitcode  : -15")
+    log.write_text(terminated + REPORT)
+    assert signal_deaths(terminated + REPORT) == {2: 15, 3: 9}
+    line = failure_line(out, log, 1, Nodes(2, nnodes=2, node_rank=1, endpoint="h:1"))
+    assert line.startswith("rank 3 was killed by signal 9 (SIGKILL)")

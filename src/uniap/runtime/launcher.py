@@ -212,7 +212,9 @@ def diagnose(out: Path, log: Path, rc: int, nodes: Nodes, what: str = "run") -> 
     killed = {r: s for r, s in signal_deaths(log_text).items() if r not in wrote}
     now = time.time()
     if killed:
-        rank, number = min(killed.items())
+        # torchrun's agent SIGTERMs a failed rank's local peers as it tears the group down: a death by any other
+        # signal is the cause, then the lowest rank
+        rank, number = min(killed.items(), key=lambda item: (item[1] == signal.SIGTERM, item[0]))
         return Diagnosis(f"rank {rank} was killed by signal {number} ({_signal_name(number)}) (log: {log})", 2, now)
     if errors:
         first = min(errors, key=lambda e: e.get("time", 0.0))
