@@ -11,15 +11,17 @@ from uniap.schedules import schedule_named
 
 def random_program(seed: int, *, layers: int = 6, strategies: int = 3, stages: int = 2, micro_batches: int = 4,
                    runs: list[int] | None = None, layouts: list[int] | None = None, memory: float | None = 40.0,
-                   schedule: str = "1f1b", virtual_stages: int = 1) -> StageProgram:
+                   schedule: str = "1f1b", virtual_stages: int = 1, periods: list[int] | None = None) -> StageProgram:
     """Costs drawn uniformly; `runs` (lengths summing to `layers`) makes each run's layers identical, with one
-    shared (arbitrary, non-metric) R and Rp inside it; `layouts` (a class id per strategy) makes R and Rp depend on
+    shared (arbitrary, non-metric) R and Rp inside it; `periods` (one per run) makes a run repeat that many
+    different layers instead, each with its own R and Rp to the next; `layouts` (a class id per strategy) makes R and Rp depend on
     the strategies' classes only, as in the real cost model. `memory` is the capacity (None: unlimited).
     `virtual_stages` v > 1: interleaved 1F1B, `stages` device groups of v chunks each (P·v stages in the chain)."""
     rng = np.random.default_rng(seed)
     L, K, P = layers, strategies, stages
     runs = runs or [1] * L
-    assert sum(runs) == L
+    periods = periods or [1] * len(runs)
+    assert sum(runs) == L and len(periods) == len(runs)
     cls = np.arange(K) if layouts is None else np.asarray(layouts)
 
     def edge():
@@ -29,16 +31,19 @@ def random_program(seed: int, *, layers: int = 6, strategies: int = 3, stages: i
     A, G, Ms, Ma = (np.empty((L, K)) for _ in range(4))
     allowed = np.empty((L, K), dtype=bool)
     R, Rp = np.empty((L - 1, K, K)), np.empty((L - 1, K, K))
-    group = np.empty(L, dtype=int)
+    group = np.empty(L, dtype=int)  # which drawn row each layer has: equal layers share one
     u = 0
-    for g, n in enumerate(runs):
-        rows = rng.uniform(1, 10, K), rng.uniform(0, 4, K), rng.uniform(0, 10, K), rng.uniform(0, 3, K)
-        ok = rng.random(K) > 0.2
-        ok[rng.integers(K)] = True
-        inner, inner_p = edge(), edge()
+    for n, period in zip(runs, periods):
+        phases = []
+        for _ in range(period):
+            rows = rng.uniform(1, 10, K), rng.uniform(0, 4, K), rng.uniform(0, 10, K), rng.uniform(0, 3, K)
+            ok = rng.random(K) > 0.2
+            ok[rng.integers(K)] = True
+            phases.append((rows, ok, edge(), edge()))
         for j in range(n):
+            rows, ok, inner, inner_p = phases[j % period]
             A[u], G[u], Ms[u], Ma[u] = rows
-            allowed[u], group[u] = ok, g
+            allowed[u], group[u] = ok, len(set(group[:u])) if j < period else group[u - period]
             if u < L - 1:
                 R[u], Rp[u] = (inner, inner_p) if j < n - 1 else (edge(), edge())
             u += 1
@@ -47,8 +52,8 @@ def random_program(seed: int, *, layers: int = 6, strategies: int = 3, stages: i
         schedule = "interleaved-1f1b"
     chosen = schedule_named(schedule)
     inflight = chosen.inflight(P, micro_batches, virtual_stages)
-    # a schedule that splits the backward: 5-60 % of each layer's time is its weight pass
-    weights = np.where(allowed, A * rng.uniform(0.05, 0.6, (L, K)), 0.0) if chosen.split_backward else None
+    # a schedule that splits the backward: 5-60 % of each layer's time is its weight pass (equal layers, equal share)
+    weights = np.where(allowed, A * rng.uniform(0.05, 0.6, (L, K))[group], 0.0) if chosen.split_backward else None
     return StageProgram(A=A, G=G, Ms=Ms, Ma=Ma, R=R, Rp=Rp, allowed=allowed, stages=P * virtual_stages,
                         micro_batches=micro_batches, inflight=np.array(inflight, dtype=float),
                         memory_capacity=np.inf if memory is None else memory, group=group,
@@ -72,14 +77,14 @@ def random_case(seed: int, max_layers: int = 7) -> StageProgram:
                           layouts=layouts, memory=memory, schedule="gpipe" if rng.random() < 0.3 else "1f1b")
 
 
-def check_encode(program: StageProgram, seed: int, plans: int = 20) -> None:
+def check_encode(program: StageProgram, seed: int, plans: int = 20, periodic: bool = False) -> None:
     """On random plans of `program`: the MILP's objective at a plan's point is `evaluate`'s value there, and the
     cheap bound is below it (the formulation and the formula agree wherever the solver can land)."""
     from uniap.solve.formulation import Formulation
     from uniap.solve.program import evaluate, lower_bound
     from uniap.solve.reduce import reduce_program
 
-    form = Formulation(program, reduce_program(program, fold=True))
+    form = Formulation(program, reduce_program(program, fold=True, periodic=periodic))
     rng = np.random.default_rng(seed)
     L, S = program.layers, program.stages
     for _ in range(plans):

@@ -19,7 +19,7 @@ FORMULATION_KINDS = {
     "run_order", "segment_first", "segment_last", "flow_in", "flow_out", "class_used", "class_entered",
     "stage_used", "edges_EA", "edges_EB", "edges_EC", "edges_out", "edges_in", "bottleneck", "send_bottleneck",
     "excess", "slot_send", "slot_bottleneck", "send", "sync", "memory", "group_count", "strategy_chosen",
-    "one_strategy"}
+    "one_strategy", "phase_start", "phase_placed"}
 
 
 def programs():
@@ -28,6 +28,8 @@ def programs():
         yield random_program(seed, layers=8, strategies=3, stages=2, runs=[1, 6, 1], layouts=[0, 1, 1],
                              memory=60.0, virtual_stages=2)
         yield random_program(seed, layers=8, strategies=3, stages=2 + seed % 2, runs=[1, 6, 1], memory=45.0)
+        yield random_program(seed, layers=9, strategies=3, stages=2, runs=[1, 7, 1], periods=[1, 2 + seed % 2, 1],
+                             memory=45.0)
 
 
 def assert_all_named(model):
@@ -43,7 +45,7 @@ def assert_all_named(model):
 def test_every_row_of_the_formulation_is_named(fold):
     seen = set()
     for program in programs():
-        reduced = reduce_program(program, fold=fold)
+        reduced = reduce_program(program, fold=fold, periodic=fold and program.virtual_stages == 1)  # as milp.py
         if any(len(run.keep) == 0 for run in reduced.runs):
             continue
         form = Formulation(program, reduced)
@@ -59,6 +61,8 @@ def test_every_row_of_the_formulation_is_named(fold):
         assert kinds["stage_used"] == P
         assert kinds.get("run_order", 0) == (len(runs) - 1) * P
         assert kinds["sync"] == program.pipeline_degree
+        assert kinds.get("phase_start", 0) == P * sum(run.period for run in runs if run.period > 1)
+        assert kinds.get("phase_placed", 0) == sum(run.period for run in runs if run.period > 1)
         if np.isfinite(program.memory_capacity) and program.held is None:
             assert kinds["memory"] == program.pipeline_degree
         if program.virtual_stages == 1:
@@ -69,7 +73,7 @@ def test_every_row_of_the_formulation_is_named(fold):
         assert model.families[0][0] == 0 and all(name != "unnamed" for _, name in model.families)
         assert model.family(form.n[0][0, 0]).startswith("n[") and model.family(form.H) == "H"
     assert {"memory", "one_strategy", "edges_in", "bottleneck", "excess"} <= seen
-    assert ("flow_in" in seen) == fold  # unfolded, every run is one layer
+    assert ("flow_in" in seen) == ("phase_start" in seen) == fold  # unfolded, every run is one layer
 
 
 def test_rows_added_later_are_named():

@@ -4,8 +4,9 @@ The MILP's LP relaxation spreads layers fractionally over stages, so its bottlen
 whole layers cannot be balanced that finely (the min-max term's LP bound is weak). Here each
 stage's content is kept integral and each stage is solved exactly in isolation:
 
-* per run and stage, the Pareto front (cost, bytes) of every multiset of w layers (an exact knapsack over counts:
-  integral strategy mixes under the stage's memory);
+* per run, phase and stage, the Pareto front (cost, bytes) of every multiset of w layers (an exact knapsack over
+  counts: integral strategy mixes under the stage's memory); a run that repeats a pattern (solve.reduce) has one
+  per phase, and a stretch of it holds a number of layers of each phase fixed by where it starts and its length;
 * per stage and contiguous content [u, v), the least time (Σ A) and least weighted cost (Σ A + ω G) that fit;
 * a DP over contiguous partitions, for each candidate bottleneck value T in increasing order: the least
   Σ (A + ω G) + Σ min Rp over partitions whose stages all take ≤ T, a stage's time counting half of the cheapest
@@ -99,22 +100,30 @@ def partition_bound(program: StageProgram, cutoff: float | None = None) -> float
     p ≥ (cutoff − S)/(c − 1), S = Σ least layer times, puts TPI ≥ S + (c − 1)·p ≥ cutoff. Stage contents longer
     than that are never built, which keeps deep pipelines (few layers per stage) cheap to bound."""
     P, L, c = program.stages, program.layers, program.micro_batches
-    reduced = reduce_program(program, fold=True)
+    reduced = reduce_program(program, fold=True, periodic=True)
     runs = reduced.runs
-    if any(len(run.keep) == 0 for run in runs):
-        return math.inf
-    least_layer = np.array([reduced.A[run.first, run.keep].min() for run in runs])
+    if any(np.bincount(run.phase, minlength=run.period).min() == 0 for run in runs):
+        return math.inf  # a layer with no strategy allowed
+    # the least time of a layer of each phase of each run
+    least_phase = [np.array([reduced.kept(r, reduced.A)[run.phase == tau].min() for tau in range(run.period)])
+                   for r, run in enumerate(runs)]
+    least_layer = np.array([least.min() for least in least_phase])
     depth = [min(run.length, L - P + 1) for run in runs]  # most layers of a run one stage may hold
     if cutoff is not None and c > 1:
-        budget = (cutoff - float(least_layer @ [run.length for run in runs])) / (c - 1)
+        least_total = sum(float(least @ run.phase_counts()) for least, run in zip(least_phase, runs))
+        budget = (cutoff - least_total) / (c - 1)
         if budget <= 0:
             return float(cutoff)
         depth = [d if a <= 0 else min(d, math.ceil(budget / a)) for d, a in zip(depth, least_layer)]
     run_of = np.repeat(np.arange(len(runs)), [run.length for run in runs])
+
+    def kept_at(u: int) -> np.ndarray:  # the strategies kept for layer u (those of its phase)
+        run = runs[run_of[u]]
+        return run.keep[run.phase == (u - run.first) % run.period]
+
     send = np.zeros(L)  # send[u]: cheapest send across a boundary just before layer u ≥ 1
     for u in range(1, L):
-        left, right = runs[run_of[u - 1]], runs[run_of[u]]
-        send[u] = reduced.Rp[u - 1][np.ix_(left.keep, right.keep)].min()
+        send[u] = reduced.Rp[u - 1][np.ix_(kept_at(u - 1), kept_at(u))].min()
     inflight = np.asarray(program.inflight, dtype=float)
     tables: dict[tuple[float, float], np.ndarray] = {}
 
@@ -146,36 +155,57 @@ def _stage_table(program: StageProgram, reduced: Reduced, infl: float, share: fl
     L = program.layers
     runs = reduced.runs
     cap = float(program.memory_capacity) * (1 + MEMORY_RTOL)
-    fronts = []
-    for run, most in zip(runs, depth):
-        cost = reduced.A[run.first, run.keep] + share * reduced.G[run.first, run.keep]
-        weight = reduced.Ms[run.first, run.keep] + infl * reduced.Ma[run.first, run.keep]
+    fronts = []  # fronts[r][τ]: run r's phase τ, its fronts by count
+    for r, (run, most) in enumerate(zip(runs, depth)):
+        cost = reduced.kept(r, reduced.A) + share * reduced.kept(r, reduced.G)
+        weight = reduced.kept(r, reduced.Ms) + infl * reduced.kept(r, reduced.Ma)
         if cap == math.inf:
             weight = np.zeros_like(weight)  # memory never binds: each front collapses to its cheapest point
-        fronts.append(front(cost, weight, most, cap))
+        fronts.append([front(cost[run.phase == tau], weight[run.phase == tau], most, cap)
+                       for tau in range(run.period)])
+
+    def piece(r: int, offset: int, count: int) -> list | None:
+        """The fronts of `count` layers of run r from its layer `offset` on (one per phase they hold), or None
+        where some phase has more than fit."""
+        period = runs[r].period
+        # layers j in [offset, offset + count) with j ≡ τ (mod period)
+        counts = [count] if period == 1 else \
+            [(offset + count - 1 - tau) // period - (offset - 1 - tau) // period for tau in range(period)]
+        if any(n >= len(f) for n, f in zip(counts, fronts[r])):
+            return None
+        return [f[n] for n, f in zip(counts, fronts[r]) if n > 0]
+
     out = np.full((L + 1, L + 1), math.inf)
-    for r, run in enumerate(runs):  # contents inside one run: their count is all that matters
-        least = np.full(run.length + 1, math.inf)
-        least[:len(fronts[r])] = [fr[0].min() for fr in fronts[r]]
-        u, v = np.meshgrid(np.arange(run.first, run.last + 1), np.arange(run.first + 1, run.last + 2), indexing="ij")
-        inside = v > u
-        out[u[inside], v[inside]] = least[(v - u)[inside]]
+    for r, run in enumerate(runs):  # contents inside one run: where they start in its pattern and their count
+        for start in range(min(run.period, run.length)):
+            least = np.full(run.length + 1, math.inf)
+            if run.period == 1:  # one front: its cheapest point by count
+                least[:len(fronts[r][0])] = [costs[-1] for costs, _ in fronts[r][0]]
+            for count in range(1, run.length + 1) if run.period > 1 else ():
+                held = piece(r, start, count)
+                if held is None or (value := _least(held, cap)) == math.inf:
+                    break
+                least[count] = value
+            u, v = np.meshgrid(np.arange(run.first + start, run.last + 1, run.period),
+                               np.arange(run.first + 1, run.last + 2), indexing="ij")
+            inside = v > u
+            out[u[inside], v[inside]] = least[(v - u)[inside]]
     for r_a in range(len(runs)):  # contents spanning runs r_a .. r_b: partial ends, whole runs between
         for r_b in range(r_a + 1, len(runs)):
-            middle = [fronts[r][runs[r].length] for r in range(r_a + 1, r_b)
-                      if runs[r].length < len(fronts[r])]
-            if len(middle) < r_b - r_a - 1:
+            middle = [piece(r, 0, runs[r].length) for r in range(r_a + 1, r_b)]
+            if any(whole is None for whole in middle):
                 break  # a whole run in between does not fit: nor does anything longer
+            middle = [f for whole in middle for f in whole]
             fitted = False
             for u in range(runs[r_a].first, runs[r_a].last + 1):
-                head_count = runs[r_a].last + 1 - u
-                if head_count >= len(fronts[r_a]):
+                head = piece(r_a, u - runs[r_a].first, runs[r_a].last + 1 - u)
+                if head is None:
                     continue
                 for v in range(runs[r_b].first + 1, runs[r_b].last + 2):
-                    tail_count = v - runs[r_b].first
-                    if tail_count >= len(fronts[r_b]):
+                    tail = piece(r_b, 0, v - runs[r_b].first)
+                    if tail is None:
                         break
-                    value = _least([fronts[r_a][head_count], *middle, fronts[r_b][tail_count]], cap)
+                    value = _least([*head, *middle, *tail], cap)
                     if value == math.inf:
                         break
                     out[u, v] = value

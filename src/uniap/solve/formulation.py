@@ -15,6 +15,9 @@ Variables, per run r (see reduce.py) and stage i:
   marginals Σ_c' E[c,c'] = l[c], Σ_c E[c,c'] = s[c']: ``EA`` run r continues on stage i+1 (cost Rp inside the run),
   ``EB`` run r+1 follows on the same stage (R between runs), ``EC`` run r+1 starts stage i+1 (Rp between runs).
   Each kind's total is linear in a and b, so they are continuous and integral at integral a, b, s, l;
+* a run that repeats a pattern of p layers (reduce.py, plain and zero-bubble pipelines) has n, s, l, y per kept
+  entry and class of each of its phases, t and EA from one phase to the next only, and ``phase_start`` rows that
+  start each segment with the phase that follows the run's layers on the stages before it;
 * ``B`` ≥ every p_i and o_i (the bottleneck), ``H`` ≥ every g_i;
 * interleaved programs only: the integer total of run r on device group d (Σ of m over the group's chunks).
 
@@ -80,10 +83,11 @@ class Formulation:
         bld = Builder()
         stage = np.arange(P)
         self.n, self.m, self.a, self.b, self.s, self.l, self.t, self.y = ([] for _ in range(8))
-        self.fits = [_fits(program, reduced, run) for run in runs]
+        self.fits = [_fits(program, reduced, r) for r in range(len(runs))]
+        self.most = [_most(program, run, fits) for run, fits in zip(runs, self.fits)]
         for r, (run, fits) in enumerate(zip(runs, self.fits)):
             self.n.append(bld.variables((P, len(run.keep)), 0, fits, integer=True, name=f"n[run={r}]"))
-            self.m.append(bld.variables(P, 0, fits.max(axis=1, initial=0), integer=True, name=f"m[run={r}]"))
+            self.m.append(bld.variables(P, 0, self.most[r], integer=True, name=f"m[run={r}]"))
             # Stage windows: each stage needs a layer, so layer u sits on a stage in [P − L + u, u].
             a_lo = (stage >= run.first) | (stage == P - 1)
             self.a.append(bld.variables(P, a_lo, stage >= P - L + run.first, integer=True, name=f"a[run={r}]"))
@@ -96,16 +100,18 @@ class Formulation:
             C = run.classes
             self.s.append(bld.variables((P, C), 0, 1, integer=True, name=f"s[run={r}]"))
             self.l.append(bld.variables((P, C), 0, 1, integer=True, name=f"l[run={r}]"))
-            self.t.append(bld.variables((P, C, C), 0, run.length - 1, integer=True, name=f"t[run={r}]"))
+            # a periodic run's transitions go from each phase to the next only
+            self.t.append(bld.variables((P, C, C), 0, (run.length - 1) * run.follows(), integer=True,
+                                        name=f"t[run={r}]"))
             self.y.append(bld.variables((P, C), 0, 1, integer=True, name=f"y[run={r}]"))
         last_stage = P - 1
-        self.EA = [bld.variables((P - 1, run.classes, run.classes), 0, 1, name=f"EA[run={r}]") if run.length > 1
-                   else None for r, run in enumerate(runs)]
+        self.EA = [bld.variables((P - 1, run.classes, run.classes), 0, run.follows(), name=f"EA[run={r}]")
+                   if run.length > 1 else None for r, run in enumerate(runs)]
         self.EB = [bld.variables((P, runs[r].classes, runs[r + 1].classes), 0, 1, name=f"EB[run={r}]")
                    for r in range(len(runs) - 1)]
         self.EC = [bld.variables((last_stage, runs[r].classes, runs[r + 1].classes), 0, 1, name=f"EC[run={r}]")
                    for r in range(len(runs) - 1)]
-        slowest = max(float(np.min(reduced.A[run.first, run.keep], initial=0.0)) for run in runs)
+        slowest = max(float(np.min(reduced.kept(r, reduced.A), initial=0.0)) for r in range(len(runs)))
         self.H = bld.variables(1, name="H")[0]
         self.split = program.split_schedule is not None
         if self.split:  # a split backward (solve.program.split_backward_tpi)
@@ -142,15 +148,15 @@ class Formulation:
     def _weight_pass(self, i: int) -> Expr:
         """Chunk i's weight-pass seconds (split backward): its layers' weight passes (resharding has none)."""
         red, tau = self.reduced, self.scale
-        return plus(*(term(self.n[r][i], red.W[run.first, run.keep] / tau) for r, run in enumerate(red.runs)))
+        return plus(*(term(self.n[r][i], red.kept(r, red.W) / tau) for r in range(len(red.runs))))
 
     def _stage_terms(self, i: int) -> tuple[Expr, Expr, Expr]:
         """(p_i, o_i, g_i) as expressions over this formulation's variables (o_i empty for the last stage)."""
         red, runs, tau = self.reduced, self.reduced.runs, self.scale
         p, o, g = [], [], []
         for r, run in enumerate(runs):
-            p.append(term(self.n[r][i], red.A[run.first, run.keep] / tau))
-            g.append(term(self.n[r][i], red.G[run.first, run.keep] / tau))
+            p.append(term(self.n[r][i], red.kept(r, red.A) / tau))
+            g.append(term(self.n[r][i], red.kept(r, red.G) / tau))
             if self.t[r] is not None:
                 p.append(term(self.t[r][i], red.inner(r, red.R) / tau))
             if r + 1 < len(runs):
@@ -237,9 +243,9 @@ class Formulation:
             bld.row(expr, 0, name=named("nonempty", run=r, stage=i))
 
     def add_segment_size_constraint(self, bld: Builder, r: int, i: int) -> None:
-        """Only a non-empty segment holds layers: m ≤ fits·z (the big-M is what stage i can hold, `_fits`)."""
+        """Only a non-empty segment holds layers: m ≤ most·z (the big-M is what stage i can hold, `_most`)."""
         z = self._z(r, i)
-        bld.row(plus(term(self.m[r][i]), term(z[0], -self.fits[r][i].max(initial=0) * z[1])), hi=0,
+        bld.row(plus(term(self.m[r][i]), term(z[0], -self.most[r][i] * z[1])), hi=0,
                 name=named("segment_size", run=r, stage=i))
 
     def add_started_step_constraint(self, bld: Builder, r: int, i: int) -> None:
@@ -282,8 +288,8 @@ class Formulation:
             patterns = [infl] if program.held is None else \
                 [np.repeat(h, P) for h in np.asarray(program.held, dtype=float)[d] if h.any()]
             for q, held in enumerate(patterns):
-                mem = [term(self.n[r][i], (red.Ms[run.first, run.keep] + held[i] * red.Ma[run.first, run.keep])
-                            / cap) for i in chunks for r, run in enumerate(runs)]
+                mem = [term(self.n[r][i], (red.kept(r, red.Ms) + held[i] * red.kept(r, red.Ma)) / cap)
+                       for i in chunks for r in range(len(runs))]
                 where = self._where(d) if program.held is None else {"group": d, "pattern": q}
                 bld.row(plus(*mem), hi=1.0, name=named("memory", **where))
 
@@ -384,7 +390,37 @@ class Formulation:
             for c in range(run.classes):
                 self.add_flow_constraint(bld, r, i, c)
                 self.add_class_used_constraint(bld, r, i, c)
+            if run.period > 1:
+                self.add_phase_start_constraint(bld, r, i)
+        if run.period > 1:
+            self.add_phase_placed_constraint(bld, r)
         bld.rows(self.cuts([(r, frozenset([c])) for c in range(run.classes)]))
+
+    def _before(self, r: int, i: int, tau: int) -> Expr:
+        """c_τ: the layers of phase τ of periodic run r on the stages before stage i."""
+        return term(self.n[r][:i][:, self.reduced.runs[r].phase == tau])
+
+    def add_phase_start_constraint(self, bld: Builder, r: int, i: int) -> None:
+        """A periodic run's segment on stage i starts with the phase that follows the run's layers on earlier
+        stages. Those hold c_0 ≥ c_1 ≥ … ≥ c_{p−1} ≥ c_0 − 1 layers of each phase, so the next phase is τ where
+        c_{τ−1} − c_τ = 1, or 0 where c_0 = c_{p−1}: Σ s[phase τ] ≤ c_{τ−1} − c_τ ("phase_start", τ ≥ 1) and
+        Σ s[phase 0] ≤ 1 − c_0 + c_{p−1}. The flow rows then hold the segment to the phases in cyclic order."""
+        run = self.reduced.runs[r]
+        first_of = run.class_phase
+        for tau in range(run.period):
+            start = term(self.s[r][i, first_of == tau])
+            if tau == 0:
+                expr, hi = plus(start, self._before(r, i, 0), minus(self._before(r, i, run.period - 1))), 1.0
+            else:
+                expr, hi = plus(start, minus(self._before(r, i, tau - 1)), self._before(r, i, tau)), 0.0
+            bld.row(expr, hi=hi, name=named("phase_start", run=r, stage=i, phase=tau))
+
+    def add_phase_placed_constraint(self, bld: Builder, r: int) -> None:
+        """Every layer of each phase of a periodic run is placed: Σ_i n[r][i, phase τ] = its count."""
+        run = self.reduced.runs[r]
+        for tau, count in enumerate(run.phase_counts()):
+            bld.row(self._before(r, self.program.stages, tau), float(count), float(count),
+                    name=named("phase_placed", run=r, phase=tau))
 
     def add_segment_ends_constraint(self, bld: Builder, r: int, i: int) -> None:
         """A non-empty segment has one first and one last layer: Σ_c s[c] = z ("segment_first"), Σ_c l[c] = z
@@ -505,10 +541,11 @@ class Formulation:
         stages = np.arange(P)
         for r, run in enumerate(runs):
             span = slice(run.first, run.last + 1)
-            where = {int(k): j for j, k in enumerate(run.keep)}
-            if any(int(k) not in where for k in strategy_of[span]):
+            where = {(int(tau), int(k)): j for j, (tau, k) in enumerate(zip(run.phase, run.keep))}
+            wanted = list(zip(np.arange(run.length) % run.period, strategy_of[span]))
+            if any((int(tau), int(k)) not in where for tau, k in wanted):
                 return None
-            j = np.array([where[int(k)] for k in strategy_of[span]])
+            j = np.array([where[int(tau), int(k)] for tau, k in wanted])
             st, cls = stage_of[span], run.cls[j]
             layer_class[span] = cls
             np.add.at(x, self.n[r][st, j], 1.0)
@@ -577,7 +614,7 @@ class Formulation:
                 else:
                     start = int(np.argmax(x[self.s[r][i]]))
                     order, circuits = _trail(np.rint(x[self.t[r][i]]).astype(int), start)
-                    inner = self.reduced.inner(r, self.reduced.R)
+                    inner = np.where(run.follows(), self.reduced.inner(r, self.reduced.R), math.inf)
                     for circuit in circuits:
                         subtours.append((r, frozenset(circuit)))
                         order = _splice(order, circuit, inner)
@@ -596,17 +633,25 @@ def scale_of(program: StageProgram, reduced: Reduced) -> float:
     return bound if 0 < bound < math.inf else max(float(np.max(reduced.A, initial=0.0)), 1.0)
 
 
-def _fits(program: StageProgram, reduced: Reduced, run: Run) -> np.ndarray:
-    """(P, K_r) most layers of the run that stage i can hold under each kept strategy: the run's length, the
-    layers left after one per other stage, and what the memory capacity allows. Tight bounds here are tight
+def _fits(program: StageProgram, reduced: Reduced, r: int) -> np.ndarray:
+    """(P, K_r) most layers of run r that stage i can hold under each kept entry: its phase's layers in the run,
+    the layers left after one per other stage, and what the memory capacity allows. Tight bounds here are tight
     big-Ms for the 'segment non-empty' and 'class used' rows."""
     P, L = program.stages, program.layers
-    most = float(min(run.length, L - P + 1))
-    per_layer = (reduced.Ms[run.first, run.keep][None, :]
-                 + np.asarray(program.inflight, dtype=float)[:, None] * reduced.Ma[run.first, run.keep][None, :])
+    run = reduced.runs[r]
+    most = np.minimum(run.phase_counts()[run.phase], L - P + 1).astype(float)[None, :]
+    per_layer = (reduced.kept(r, reduced.Ms)[None, :]
+                 + np.asarray(program.inflight, dtype=float)[:, None] * reduced.kept(r, reduced.Ma)[None, :])
     with np.errstate(divide="ignore"):
         by_memory = np.floor(program.memory_capacity / per_layer * (1 + 1e-9))
-    return np.minimum(most, np.nan_to_num(by_memory, nan=most, posinf=most))
+    return np.minimum(most, np.where(np.isnan(by_memory) | np.isinf(by_memory), most, by_memory))
+
+
+def _most(program: StageProgram, run: Run, fits: np.ndarray) -> np.ndarray:
+    """(P,) most layers of the run a stage can hold: the most of each phase, summed over the phases (one phase:
+    the most under any strategy), and no more than the run's length or the layers left after one per other stage."""
+    per_phase = [fits[:, run.phase == tau].max(axis=1, initial=0) for tau in range(run.period)]
+    return np.minimum(np.sum(per_phase, axis=0), min(run.length, program.layers - program.stages + 1))
 
 
 def _trail(T: np.ndarray, start: int) -> tuple[list[int], list[list[int]]]:

@@ -145,7 +145,8 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
     started = time.perf_counter()
     deadline = None if time_limit is None else started + float(time_limit)
     bound = lower_bound(program) if known is None else known
-    folded = functools.cache(lambda: reduce_program(program, fold=True))
+    # v = 1: runs that repeat a pattern fold too (reduce.py); the device-group bounds of v > 1 take plain runs
+    folded = functools.cache(lambda: reduce_program(program, fold=True, periodic=program.virtual_stages == 1))
     grouped = program.split_schedule is None  # partition and group bounds: the (interleaved) 1F1B formulas only
     if cutoff is not None and bound < cutoff and program.stages > 1 and grouped:
         # A stronger bound before the MILP. One stage has no min-max term for it to tighten: there the MILP itself

@@ -5,6 +5,12 @@
   how many of them each stage runs under each strategy, plus how often the layout changes between neighbours.
   Runs are found from the arrays, not from `program.group`: equal arrays are what makes folding exact, and a
   group id that promises more than the arrays hold cannot then make the MILP wrong.
+* **Periodic runs** (`periodic=True`: the MILP and the partition bound of a plain or zero-bubble pipeline; the
+  device-group bounds and relaxations of interleaved ones take plain runs): a stretch that repeats a pattern of
+  p ≤ MAX_PERIOD layers (each layer equal to the one p before it, each edge to the edge p before it) is one run
+  of p phases. The layers of one phase are interchangeable; the MILP counts them per stage and phase,
+  and its transitions go from each phase to the next only. GPT-OSS alternates sliding-window and full attention,
+  so no two neighbours are equal: its 36 blocks were 36 runs of one layer, and are one run of period 2.
 * **Layout classes**: strategies of a run whose rows and columns of every adjacent R and Rp are equal (in the real
   cost model: same tp / sequence-parallel layout, whatever zero and recompute are) cost the same at every edge, so
   the MILP counts transitions between classes, not strategies.
@@ -29,15 +35,24 @@ from uniap.program import StageProgram
 from uniap.solve.program import split_passes
 
 
+MAX_PERIOD = 8
+"""The longest pattern a periodic run repeats: GPT-OSS alternates two kinds of attention (2), Gemma 3 has five
+local layers to one global (6). A chain with a longer period folds by its stretches of identical layers only."""
+
+
 @dataclass(frozen=True)
 class Run:
-    """Layers first .. first+length−1, interchangeable; their kept strategies grouped into layout classes."""
+    """Layers first .. first+length−1 repeating a pattern of `period` layers. A layer's phase is its offset from
+    `first` modulo the period; the layers of one phase are interchangeable. Their kept strategies are listed per
+    phase and grouped into layout classes (each class within one phase)."""
 
     first: int
     length: int
-    keep: np.ndarray  # (K_r,) global strategy ids that may be chosen (allowed, not dominated)
-    cls: np.ndarray  # (K_r,) layout class of each kept strategy, 0..C_r−1
+    keep: np.ndarray  # (K_r,) global strategy ids that may be chosen (allowed, not dominated), phase by phase
+    cls: np.ndarray  # (K_r,) layout class of each kept entry, 0..C_r−1
     reps: np.ndarray  # (C_r,) one kept strategy per class: the one whose R/Rp entries stand for the class
+    phase: np.ndarray  # (K_r,) the phase of each kept entry (all 0 when the period is 1)
+    period: int = 1
 
     @property
     def last(self) -> int:
@@ -46,6 +61,27 @@ class Run:
     @property
     def classes(self) -> int:
         return len(self.reps)
+
+    @property
+    def rows(self) -> np.ndarray:
+        """(K_r,) the layer whose table rows price each kept entry: the run's first layer of its phase."""
+        return self.first + self.phase
+
+    @property
+    def class_phase(self) -> np.ndarray:
+        """(C_r,) the phase of each layout class."""
+        phase = np.zeros(self.classes, dtype=int)
+        phase[self.cls] = self.phase
+        return phase
+
+    def phase_counts(self) -> np.ndarray:
+        """(period,) how many of the run's layers each phase has."""
+        return np.bincount(np.arange(self.length) % self.period, minlength=self.period)
+
+    def follows(self) -> np.ndarray:
+        """(C_r, C_r) bool: a layer of class c' can follow one of class c inside the run (its phase is next)."""
+        phase = self.class_phase
+        return (phase[:, None] + 1) % self.period == phase[None, :]
 
 
 @dataclass(frozen=True)
@@ -68,10 +104,20 @@ class Reduced:
         return [((first, length), [r for r, run in enumerate(self.runs) if first <= run.first < first + length])
                 for first, length in self.spans if length > 1]
 
-    def inner(self, r: int, table: np.ndarray) -> np.ndarray:
-        """(C_r, C_r) class costs of the edges inside run r (all equal by construction)."""
+    def kept(self, r: int, table: np.ndarray) -> np.ndarray:
+        """(K_r,) a per-layer table (A, G, Ms, Ma, W) at run r's kept entries."""
         run = self.runs[r]
-        return table[run.first][np.ix_(run.reps, run.reps)]
+        return table[run.rows, run.keep]
+
+    def inner(self, r: int, table: np.ndarray) -> np.ndarray:
+        """(C_r, C_r) class costs of the edges inside run r (equal, phase by phase, by construction); zero between
+        classes that cannot follow each other (`Run.follows`)."""
+        run = self.runs[r]
+        phase, cost = run.class_phase, np.zeros((run.classes, run.classes))
+        for tau in range(min(run.period, run.length - 1)):
+            src, dst = phase == tau, phase == (tau + 1) % run.period
+            cost[np.ix_(src, dst)] = table[run.first + tau][np.ix_(run.reps[src], run.reps[dst])]
+        return cost
 
     def between(self, r: int, table: np.ndarray) -> np.ndarray:
         """(C_r, C_r+1) class costs of the edge from run r's last layer to run r+1's first."""
@@ -79,8 +125,9 @@ class Reduced:
         return table[left.last][np.ix_(left.reps, right.reps)]
 
 
-def reduce_program(program: StageProgram, fold: bool) -> Reduced:
-    """Runs, layout classes and dominance when `fold`; otherwise one run per layer, one class per allowed strategy."""
+def reduce_program(program: StageProgram, fold: bool, periodic: bool = False) -> Reduced:
+    """Runs, layout classes and dominance when `fold` (with runs that repeat a pattern when `periodic`);
+    otherwise one run per layer, one class per allowed strategy."""
     ok = np.asarray(program.allowed, dtype=bool)
     A, G, Ms, Ma = (np.where(ok, np.asarray(t, dtype=float), 0.0) for t in (program.A, program.G, program.Ms,
                                                                             program.Ma))
@@ -92,20 +139,32 @@ def reduce_program(program: StageProgram, fold: bool) -> Reduced:
     # what a strategy is judged on: with a split backward also its weight and input passes (solve.program)
     rows = (A, G, Ms, Ma) if W is None else (A, G, Ms, Ma, *split_passes(A, W)[1:])
     identical = _spans(ok, rows, (R, Rp))
-    spans = identical if fold else [(u, 1) for u in range(program.layers)]
-    runs = []
-    for first, length in spans:
-        allowed = np.flatnonzero(ok[first])
-        if not fold:
-            runs.append(Run(first, length, allowed, np.arange(len(allowed)), allowed))
-            continue
-        cls = _layout_classes(allowed, first, length, ok, R, Rp)
-        keep_mask = undominated(allowed, cls, [t[first] for t in rows])
-        keep, cls = allowed[keep_mask], cls[keep_mask]
-        reps = np.array([keep[np.flatnonzero(cls == c)[0]] for c in range(cls.max() + 1)], dtype=int) \
-            if len(keep) else np.zeros(0, dtype=int)
-        runs.append(Run(first, length, keep, cls, reps))
+    if not fold:
+        runs = []
+        for u in range(program.layers):
+            allowed = np.flatnonzero(ok[u])
+            runs.append(Run(u, 1, allowed, np.arange(len(allowed)), allowed, np.zeros(len(allowed), dtype=int)))
+        return Reduced(runs, A, G, Ms, Ma, R, Rp, identical, W)
+    pieces = _periodic_spans(ok, rows, (R, Rp)) if periodic else [(first, length, 1) for first, length in identical]
+    runs = [_folded_run(first, length, period, ok, rows, R, Rp) for first, length, period in pieces]
     return Reduced(runs, A, G, Ms, Ma, R, Rp, identical, W)
+
+
+def _folded_run(first: int, length: int, period: int, ok, rows, R, Rp) -> Run:
+    """A run's kept strategies, phase by phase: grouped into layout classes, the dominated ones dropped (a class
+    always keeps one, so its ids stay 0..n−1; each phase's are offset by the classes before it)."""
+    keep, cls, phase, reps = [], [], [], []
+    for tau in range(period):
+        allowed = np.flatnonzero(ok[first + tau])
+        classes = _layout_classes(allowed, first, length, period, tau, ok, R, Rp)
+        kept = undominated(allowed, classes, [t[first + tau] for t in rows])
+        ids, strategies = classes[kept], allowed[kept]
+        cls.append(ids + len(reps))
+        reps += [int(strategies[np.flatnonzero(ids == c)[0]]) for c in range(ids.max(initial=-1) + 1)]
+        keep.append(strategies)
+        phase.append(np.full(len(strategies), tau, dtype=int))
+    return Run(first, length, np.concatenate(keep), np.concatenate(cls), np.array(reps, dtype=int),
+               np.concatenate(phase), period)
 
 
 def one_strategy_groups(program: StageProgram, reduced: Reduced, stage_of: np.ndarray,
@@ -145,26 +204,60 @@ def _spans(ok, rows, edges) -> list[tuple[int, int]]:
     return spans
 
 
-def _layout_classes(allowed, first, length, ok, R, Rp) -> np.ndarray:
-    """Class id per allowed strategy: equal ids ⇔ equal R and Rp rows/columns at every edge touching the run.
+def _periodic_spans(ok, rows, edges) -> list[tuple[int, int, int]]:
+    """(first, length, period) of runs that repeat a pattern, left to right: from each first layer the period
+    (≤ MAX_PERIOD) whose stretch reaches furthest, the shortest on a tie (identical layers repeat with every
+    period, and stay period 1). A period p > 1 needs two whole repeats, or the run would fold nothing."""
+    L = ok.shape[0]
+    # same[p][u]: layer u equals layer u − p; same_edge[p][e]: edge (e, e + 1) equals edge (e − p, e − p + 1)
+    same, same_edge = {}, {}
+    for p in range(1, min(MAX_PERIOD, L - 1) + 1):
+        like = np.zeros(L, dtype=bool)
+        like[p:] = (ok[p:] == ok[:-p]).all(axis=1)
+        for t in rows:
+            like[p:] &= (t[p:] == t[:-p]).all(axis=1)
+        edge_like = np.zeros(max(L - 1, 0), dtype=bool)
+        if L - 1 > p:
+            edge_like[p:] = np.all([(t[p:] == t[:-p]).reshape(L - 1 - p, -1).all(axis=1) for t in edges], axis=0)
+        same[p], same_edge[p] = like, edge_like
+    pieces, first = [], 0
+    while first < L:
+        best = (1, 1)
+        for p in same:
+            n = 1
+            # layer u joins with its edge (u − 1, u): each must repeat the one p before it, once there is one
+            while first + n < L and (n < p or (same[p][first + n] and (n - 1 < p or same_edge[p][first + n - 1]))):
+                n += 1
+            if (p == 1 or n >= 2 * p) and n > best[0]:
+                best = (n, p)
+        pieces.append((first, *best))
+        first += best[0]
+    return pieces
+
+
+def _layout_classes(allowed, first, length, period, phase, ok, R, Rp) -> np.ndarray:
+    """Class id per allowed strategy of one phase of a run: equal ids ⇔ equal R and Rp rows/columns at every edge
+    touching the phase's layers (from the previous phase or run, to the next phase or run).
 
     Rows and columns are compared only over the neighbours' allowed strategies (the rest are never chosen).
     """
     L = ok.shape[0]
     last = first + length - 1
-    prev = np.flatnonzero(ok[first - 1]) if first > 0 else None
-    nxt = np.flatnonzero(ok[last + 1]) if last + 1 < L else None
+    into, out = [], []  # (edge index, the other end's allowed strategies)
+    if phase == 0 and first > 0:
+        into.append((first - 1, np.flatnonzero(ok[first - 1])))
+    if phase > 0 or length > period:  # a layer of the previous phase precedes one of this phase inside the run
+        edge = first + (phase if phase > 0 else period) - 1
+        into.append((edge, np.flatnonzero(ok[edge])))
+    if phase + 1 < length:
+        out.append((first + phase, np.flatnonzero(ok[first + phase + 1])))
+    if (length - 1) % period == phase and last + 1 < L:
+        out.append((last, np.flatnonzero(ok[last + 1])))
     signature: dict[bytes, int] = {}
     cls = np.empty(len(allowed), dtype=int)
     for j, k in enumerate(allowed):
-        parts = []
-        for t in (R, Rp):
-            if prev is not None:
-                parts.append(t[first - 1][prev, k])
-            if nxt is not None:
-                parts.append(t[last][k, nxt])
-            if length > 1:
-                parts += [t[first][k, allowed], t[first][allowed, k]]
+        parts = [t[edge][other, k] for t in (R, Rp) for edge, other in into]
+        parts += [t[edge][k, other] for t in (R, Rp) for edge, other in out]
         key = np.concatenate(parts).tobytes() if parts else b""
         cls[j] = signature.setdefault(key, len(signature))
     return cls
