@@ -23,7 +23,7 @@ def _case(seed: int, schedule: str, layers: int | None = None, stages: int | Non
     """An embedding, a run repeating 2 or 3 different layers, and a head; small enough for the oracle unless
     `layers` says otherwise. Memory binds in some cases."""
     rng = np.random.default_rng(50_000 + seed)
-    period = 2 if layers is None and seed % 3 else 3
+    period = 3 if seed % 3 == 0 else 2
     inner = layers - 2 if layers is not None else int(rng.integers(2 * period, 7))
     P = stages if stages is not None else int(rng.integers(1, 4))
     K = int(rng.integers(2, 4))
