@@ -181,11 +181,12 @@ def _stage_table(program: StageProgram, reduced: Reduced, infl: float, share: fl
             least = np.full(run.length + 1, math.inf)
             if run.period == 1:  # one front: its cheapest point by count
                 least[:len(fronts[r][0])] = [costs[-1] for costs, _ in fronts[r][0]]
-            for count in range(1, run.length + 1) if run.period > 1 else ():
-                held = piece(r, start, count)
-                if held is None or (value := _least(held, cap)) == math.inf:
-                    break
-                least[count] = value
+            else:
+                for count in range(1, run.length + 1):
+                    held = piece(r, start, count)
+                    if held is None or (value := _least(held, cap)) == math.inf:
+                        break
+                    least[count] = value
             u, v = np.meshgrid(np.arange(run.first + start, run.last + 1, run.period),
                                np.arange(run.first + 1, run.last + 2), indexing="ij")
             inside = v > u
