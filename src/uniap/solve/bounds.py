@@ -110,7 +110,7 @@ def partition_bound(program: StageProgram, cutoff: float | None = None) -> float
     least_layer = np.array([least.min() for least in least_phase])
     depth = [min(run.length, L - P + 1) for run in runs]  # most layers of a run one stage may hold
     if cutoff is not None and c > 1:
-        least_total = sum(float(least @ run.phase_counts()) for least, run in zip(least_phase, runs))
+        least_total = sum(float(least @ np.asarray(run.phase_counts())) for least, run in zip(least_phase, runs))
         budget = (cutoff - least_total) / (c - 1)
         if budget <= 0:
             return float(cutoff)
@@ -167,10 +167,7 @@ def _stage_table(program: StageProgram, reduced: Reduced, infl: float, share: fl
     def piece(r: int, offset: int, count: int) -> list | None:
         """The fronts of `count` layers of run r from its layer `offset` on (one per phase they hold), or None
         where some phase has more than fit."""
-        period = runs[r].period
-        # layers j in [offset, offset + count) with j ≡ τ (mod period)
-        counts = [count] if period == 1 else \
-            [(offset + count - 1 - tau) // period - (offset - 1 - tau) // period for tau in range(period)]
+        counts = runs[r].phase_counts(offset, count)
         if any(n >= len(f) for n, f in zip(counts, fronts[r])):
             return None
         return [f[n] for n, f in zip(counts, fronts[r]) if n > 0]

@@ -639,7 +639,7 @@ def _fits(program: StageProgram, reduced: Reduced, r: int) -> np.ndarray:
     big-Ms for the 'segment non-empty' and 'class used' rows."""
     P, L = program.stages, program.layers
     run = reduced.runs[r]
-    most = np.minimum(run.phase_counts()[run.phase], L - P + 1).astype(float)[None, :]
+    most = np.minimum(np.asarray(run.phase_counts())[run.phase], L - P + 1).astype(float)[None, :]
     per_layer = (reduced.kept(r, reduced.Ms)[None, :]
                  + np.asarray(program.inflight, dtype=float)[:, None] * reduced.kept(r, reduced.Ma)[None, :])
     with np.errstate(divide="ignore"):

@@ -74,9 +74,14 @@ class Run:
         phase[self.cls] = self.phase
         return phase
 
-    def phase_counts(self) -> np.ndarray:
-        """(period,) how many of the run's layers each phase has."""
-        return np.bincount(np.arange(self.length) % self.period, minlength=self.period)
+    def phase_counts(self, offset: int = 0, count: int | None = None) -> list[int]:
+        """How many layers of each phase the run's layers offset .. offset+count−1 hold (all of them by default):
+        layers j with j ≡ τ (mod period)."""
+        count = self.length - offset if count is None else count
+        if self.period == 1:
+            return [count]
+        return [(offset + count - 1 - tau) // self.period - (offset - 1 - tau) // self.period
+                for tau in range(self.period)]
 
     def follows(self) -> np.ndarray:
         """(C_r, C_r) bool: a layer of class c' can follow one of class c inside the run (its phase is next)."""
