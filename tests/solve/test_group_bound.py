@@ -263,17 +263,19 @@ def _ends_and_many_blocks(seed: int):
     P, v = [(3, 2), (4, 2), (3, 3), (4, 3)][seed % 4]
     L = 2 + P * v * int(rng.integers(1, 3)) + int(rng.integers(0, P))
     memory = float(rng.uniform(15, 60)) if rng.random() < 0.5 else None
-    return random_program(seed, layers=L, strategies=2, stages=P, micro_batches=P * int(rng.integers(1, 3)),
+    return random_program(seed, layers=L, strategies=3, stages=P, micro_batches=P * int(rng.integers(1, 3)),
                           runs=[1, L - 2, 1], memory=memory, virtual_stages=v)
 
 
 def test_each_group_cuts_its_contents_its_own_way():
-    """`chain_plan` lets each group choose its cut: its plan is never worse than the best one whose groups all
-    cut one way, better on some chains (2 of these 60), and never below the group bound."""
+    """`chain_plan` lets each group choose its cut, and its end layer's strategy: its plan is never worse than the
+    best one whose groups all cut the given contents one way, better on some chains (19 of these 60), and never
+    below the group bound. On some (3) no cut of the given contents fits, and another strategy of an end layer
+    (whose bytes the bound prices at the least of any) does."""
     from uniap.solve.group_relaxation import _assemble, _group_cuts
     from uniap.solve.program import evaluate
 
-    better = 0
+    better = rescued = 0
     for seed in range(60):
         program = _ends_and_many_blocks(seed)
         reduced = reduce_program(program, fold=True)
@@ -289,4 +291,5 @@ def test_each_group_cuts_its_contents_its_own_way():
         if plan is not None:
             assert evaluate(program, *plan) == value
         better += value < uniform * (1 - 1e-9)
-    assert better >= 1
+        rescued += value < uniform == math.inf
+    assert better >= 5 and rescued >= 1

@@ -35,7 +35,7 @@ import numpy as np
 
 from uniap.solve.linear import Builder, Expr, minus, named, plus, scaled, term
 from uniap.program import StageProgram
-from uniap.solve.program import SEND_HIDING, evaluate, least_sends
+from uniap.solve.program import SEND_HIDING, evaluate, least_sends, stage_times
 from uniap.solve.reduce import Reduced, undominated
 
 
@@ -439,8 +439,8 @@ class GroupRelaxation:
 
 def chain_plan(program: StageProgram, reduced: Reduced,
                counts: list[np.ndarray]) -> tuple[tuple[np.ndarray, np.ndarray] | None, float]:
-    """(plan, its TPI): a plan built directly (no MILP) that holds the given group contents; None when none can be
-    built (TPI inf). Each group cuts its layers into its v chunks one of eleven ways (`_group_cuts`): its layers
+    """(plan, its TPI): a plan built directly (no MILP) that holds the given group contents, or nearly; None when
+    none can be built (TPI inf). Each group cuts its layers into its v chunks one of eleven ways (`_group_cuts`): its layers
     listed in chain order, a run's layers class by class (the most numerous class first, or last), then cut
     where the run or the class changes (so resharding becomes a send) and then single layers off its end; single
     layers off its end only (one long chunk); into chunks of near-equal time (what the slot term rewards); or
@@ -449,36 +449,68 @@ def chain_plan(program: StageProgram, reduced: Reduced,
     into chunks of near-equal time (`_packed`). Chunk j is then group j mod P's next piece.
 
     The groups choose apart: from the best plan whose groups all cut one way, each group in turn takes the cut
-    that lowers the TPI most with the others held, until none does. On Nemotron-4 340B fp8 on 128 H100 (pp8·v6)
-    the first group keeps the embedding beside a block and the last puts the head alone: no single way gives
-    both, and the chunk MILP took 8.5 s to find the plan that attains the group bound."""
+    that lowers the TPI most with the others held, until none does; a group holding a single-layer end (the
+    embedding, the head) may also run it under another of its strategies. Plans that do not fit rank by how far
+    their fullest group overflows, so the descent starts from them too. On Nemotron-4 340B fp8 on 128 H100
+    (pp8·v6) the first group keeps the embedding beside a block and the last puts the head alone: no single way
+    gives both, and the chunk MILP took 8.5 s to find the plan that attains the group bound. On Llama 3.1 70B on
+    2,048 H100 (pp2·v8) the embedding strategy of the bound's contents (priced at the least bytes of any) fits
+    in no cut; another one does."""
     P = program.pipeline_degree
-    cuts = [_group_cuts(program, reduced, counts, d) for d in range(P)]
-    ways = len(cuts[0])
+    options = [_group_options(program, reduced, counts, d) for d in range(P)]
+    ways = len(options[0][0])
 
-    def value_of(choice):
-        plan = _assemble(program, reduced, [cuts[d][w] for d, w in enumerate(choice)])
-        return plan, math.inf if plan is None else evaluate(program, *plan)
+    def merit(choice):
+        plan = _assemble(program, reduced, [options[d][e][w] for d, (e, w) in enumerate(choice)])
+        if plan is None:
+            return plan, (math.inf, math.inf)
+        value = evaluate(program, *plan)
+        if math.isfinite(value):
+            return plan, (0.0, value)
+        overflow = float(stage_times(program, *plan).memory.max()) / float(program.memory_capacity)
+        return plan, (overflow if math.isfinite(overflow) else math.inf, math.inf)
 
-    best, best_value, choice = None, math.inf, None
+    best, best_merit, choice = None, (math.inf, math.inf), None
     for w in range(ways):
-        plan, value = value_of([w] * P)
-        if value < best_value:
-            best, best_value, choice = plan, value, [w] * P
+        plan, rank = merit([(0, w)] * P)
+        if rank < best_merit:
+            best, best_merit, choice = plan, rank, [(0, w)] * P
     improved = choice is not None
     while improved:
         improved = False
         for d in range(P):
-            tried = {_key(cuts[d][choice[d]])}
-            for w in range(ways):
-                if cuts[d][w] is None or _key(cuts[d][w]) in tried:
-                    continue
-                tried.add(_key(cuts[d][w]))
-                trial = choice[:d] + [w] + choice[d + 1:]
-                plan, value = value_of(trial)
-                if value < best_value * (1 - 1e-12):
-                    best, best_value, choice, improved = plan, value, trial, True
-    return best, best_value
+            tried = {_key(options[d][choice[d][0]][choice[d][1]])}
+            for e, cuts in enumerate(options[d]):
+                for w, pieces in enumerate(cuts):
+                    if pieces is None or _key(pieces) in tried:
+                        continue
+                    tried.add(_key(pieces))
+                    trial = choice[:d] + [(e, w)] + choice[d + 1:]
+                    plan, rank = merit(trial)
+                    if rank[0] < best_merit[0] or (rank[0] == best_merit[0] and rank[1] < best_merit[1] * (1 - 1e-12)):
+                        best, best_merit, choice, improved = plan, rank, trial, True
+    return (best, best_merit[1]) if best_merit[0] == 0 else (None, math.inf)
+
+
+def _group_options(program: StageProgram, reduced: Reduced, counts: list[np.ndarray], d: int) -> list[list]:
+    """Group d's cuts (`_group_cuts`) of its contents, then of the same contents with an end layer of the chain it
+    holds under each other strategy of that layer that no other beats in time, sync and bytes (A, G, Ms, Ma): a
+    layer of a run of one, identical to no other layer (a group runs a stretch of identical layers under one
+    strategy: solve.reduce)."""
+    options = [_group_cuts(program, reduced, counts, d)]
+    stretched = {r for _, covering in reduced.shared() for r in covering}
+    for r in sorted({0, len(reduced.runs) - 1} - stretched):
+        run = reduced.runs[r]
+        if run.length > 1 or not counts[r][d].any():
+            continue
+        for j in np.flatnonzero(_any_class_undominated(reduced, run)):
+            if counts[r][d, j]:
+                continue
+            other = [held.copy() for held in counts]
+            other[r][d] = 0
+            other[r][d, j] = 1
+            options.append(_group_cuts(program, reduced, other, d))
+    return options
 
 
 def _key(pieces: list[list[tuple]] | None) -> tuple:
@@ -545,10 +577,13 @@ def _cut(program: StageProgram, reduced: Reduced, counts: list[np.ndarray], d: i
     v, runs = program.virtual_stages, reduced.runs
     labels = []  # (run, class, strategy) of the group's layers in chain order
     for r, (run, held) in enumerate(zip(runs, counts)):
+        present = np.flatnonzero(held[d])
+        if not len(present):
+            continue
         per_class = np.bincount(run.cls, weights=held[d], minlength=run.classes)
-        for c in np.argsort(-per_class if most_first else per_class, kind="stable"):
-            for j in np.flatnonzero(run.cls == c):
-                labels += [(r, int(c), int(run.keep[j]))] * int(held[d, j])
+        rank = np.argsort(np.argsort(-per_class if most_first else per_class, kind="stable"))
+        for j in sorted(present, key=lambda j: (rank[run.cls[j]], j)):
+            labels += [(r, int(run.cls[j]), int(run.keep[j]))] * int(held[d, j])
     if len(labels) < v:
         return None
     if how in ("balanced", "memory", "alone"):
