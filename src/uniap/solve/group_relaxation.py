@@ -39,6 +39,11 @@ from uniap.solve.program import SEND_HIDING, evaluate, least_sends, stage_times
 from uniap.solve.reduce import Reduced, undominated
 
 
+END_STRATEGIES = 3
+"""How many other strategies of an end layer `chain_plan` tries (the fastest of those with fewer bytes): each
+costs eleven cuts of its group's contents and their evaluations (~0.01 s at pp2·v8)."""
+
+
 class GroupRelaxation:
     """The device-group MILP of one interleaved program (`program.virtual_stages` > 1); times divided by `scale`."""
 
@@ -437,8 +442,8 @@ class GroupRelaxation:
         return [np.rint(x[n]).astype(int) for n in self.N]
 
 
-def chain_plan(program: StageProgram, reduced: Reduced,
-               counts: list[np.ndarray]) -> tuple[tuple[np.ndarray, np.ndarray] | None, float]:
+def chain_plan(program: StageProgram, reduced: Reduced, counts: list[np.ndarray],
+               attained: float = 0.0) -> tuple[tuple[np.ndarray, np.ndarray] | None, float]:
     """(plan, its TPI): a plan built directly (no MILP) that holds the given group contents, or nearly; None when
     none can be built (TPI inf). Each group cuts its layers into its v chunks one of eleven ways (`_group_cuts`): its layers
     listed in chain order, a run's layers class by class (the most numerous class first, or last), then cut
@@ -449,16 +454,16 @@ def chain_plan(program: StageProgram, reduced: Reduced,
     into chunks of near-equal time (`_packed`). Chunk j is then group j mod P's next piece.
 
     The groups choose apart: from the best plan whose groups all cut one way, each group in turn takes the cut
-    that lowers the TPI most with the others held, until none does; a group holding a single-layer end (the
-    embedding, the head) may also run it under another of its strategies. Plans that do not fit rank by how far
-    their fullest group overflows, so the descent starts from them too. On Nemotron-4 340B fp8 on 128 H100
-    (pp8·v6) the first group keeps the embedding beside a block and the last puts the head alone: no single way
-    gives both, and the chunk MILP took 8.5 s to find the plan that attains the group bound. On Llama 3.1 70B on
-    2,048 H100 (pp2·v8) the embedding strategy of the bound's contents (priced at the least bytes of any) fits
-    in no cut; another one does."""
+    that lowers the TPI with the others held, until none does or a plan's TPI is at most `attained` (a proven
+    bound: nothing better exists). Plans that do not fit rank by how far their fullest group overflows. Then,
+    short of `attained`, a group holding an end layer of the chain (the embedding, the head) may also run it
+    under a strategy of fewer bytes, and the descent goes on. On Nemotron-4 340B fp8 on 128 H100 (pp8·v6) the first
+    group keeps the embedding beside a block and the last puts the head alone: no single way gives both, and
+    the chunk MILP took 8.5 s to find the plan that attains the group bound. On Llama 3.1 70B on 2,048 H100
+    (pp2·v8) the embedding strategy of the bound's contents (which prices its bytes at the least of any) fits in
+    no cut; another one does."""
     P = program.pipeline_degree
-    options = [_group_options(program, reduced, counts, d) for d in range(P)]
-    ways = len(options[0][0])
+    options = [[_group_cuts(program, reduced, counts, d)] for d in range(P)]
 
     def merit(choice):
         plan = _assemble(program, reduced, [options[d][e][w] for d, (e, w) in enumerate(choice)])
@@ -470,42 +475,59 @@ def chain_plan(program: StageProgram, reduced: Reduced,
         overflow = float(stage_times(program, *plan).memory.max()) / float(program.memory_capacity)
         return plan, (overflow if math.isfinite(overflow) else math.inf, math.inf)
 
-    best, best_merit, choice = None, (math.inf, math.inf), None
-    for w in range(ways):
-        plan, rank = merit([(0, w)] * P)
-        if rank < best_merit:
-            best, best_merit, choice = plan, rank, [(0, w)] * P
-    improved = choice is not None
-    while improved:
-        improved = False
+    best, rank, choice = None, (math.inf, math.inf), None
+    for w in range(len(options[0][0])):
+        plan, trial = merit([(0, w)] * P)
+        if trial < rank:
+            best, rank, choice = plan, trial, [(0, w)] * P
+    if choice is None:
+        return None, math.inf
+    best, rank, choice = _descend(options, merit, best, rank, choice, attained)
+    if rank[0] > 0 or rank[1] > attained:
         for d in range(P):
-            tried = {_key(options[d][choice[d][0]][choice[d][1]])}
-            for e, cuts in enumerate(options[d]):
+            options[d] += _end_strategy_options(program, reduced, counts, d)
+        best, rank, choice = _descend(options, merit, best, rank, choice, attained)
+    return (best, rank[1]) if rank[0] == 0 else (None, math.inf)
+
+
+def _descend(options, merit, best, rank, choice, attained: float):
+    """`chain_plan`'s descent: each group in turn takes the option (its contents `options[d][e]` cut the way w)
+    that improves the merit (overflow, TPI), until none does or the TPI is at most `attained`."""
+    improved = True
+    while improved and not (rank[0] == 0 and rank[1] <= attained):
+        improved = False
+        for d, group in enumerate(options):
+            tried = {_key(group[choice[d][0]][choice[d][1]])}
+            for e, cuts in enumerate(group):
                 for w, pieces in enumerate(cuts):
                     if pieces is None or _key(pieces) in tried:
                         continue
                     tried.add(_key(pieces))
                     trial = choice[:d] + [(e, w)] + choice[d + 1:]
-                    plan, rank = merit(trial)
-                    if rank[0] < best_merit[0] or (rank[0] == best_merit[0] and rank[1] < best_merit[1] * (1 - 1e-12)):
-                        best, best_merit, choice, improved = plan, rank, trial, True
-    return (best, best_merit[1]) if best_merit[0] == 0 else (None, math.inf)
+                    plan, value = merit(trial)
+                    if value[0] < rank[0] or (value[0] == rank[0] and value[1] < rank[1] * (1 - 1e-12)):
+                        best, rank, choice, improved = plan, value, trial, True
+                        if rank[0] == 0 and rank[1] <= attained:
+                            return best, rank, choice
+    return best, rank, choice
 
 
-def _group_options(program: StageProgram, reduced: Reduced, counts: list[np.ndarray], d: int) -> list[list]:
-    """Group d's cuts (`_group_cuts`) of its contents, then of the same contents with an end layer of the chain it
-    holds under each other strategy of that layer that no other beats in time, sync and bytes (A, G, Ms, Ma): a
-    layer of a run of one, identical to no other layer (a group runs a stretch of identical layers under one
-    strategy: solve.reduce)."""
-    options = [_group_cuts(program, reduced, counts, d)]
+def _end_strategy_options(program: StageProgram, reduced: Reduced, counts: list[np.ndarray], d: int) -> list[list]:
+    """Group d's cuts (`_group_cuts`) of its contents with an end layer of the chain it holds under each other
+    strategy of that layer that no other beats in time, sync and bytes (A, G, Ms, Ma) and that holds fewer static
+    or activation bytes than the contents', the END_STRATEGIES fastest of them (the bounds give an end layer its fastest strategy and price its
+    bytes at the least of any, so only memory makes another worth trying): a layer of a run of one, identical
+    to no other layer (a group runs a stretch of identical layers under one strategy: solve.reduce)."""
+    options = []
     stretched = {r for _, covering in reduced.shared() for r in covering}
     for r in sorted({0, len(reduced.runs) - 1} - stretched):
         run = reduced.runs[r]
         if run.length > 1 or not counts[r][d].any():
             continue
-        for j in np.flatnonzero(_any_class_undominated(reduced, run)):
-            if counts[r][d, j]:
-                continue
+        now = int(np.argmax(counts[r][d]))
+        Ms, Ma = reduced.kept(r, reduced.Ms), reduced.kept(r, reduced.Ma)
+        lighter = np.flatnonzero(_any_class_undominated(reduced, run) & ((Ms < Ms[now]) | (Ma < Ma[now])))
+        for j in lighter[np.argsort(reduced.kept(r, reduced.A)[lighter], kind="stable")][:END_STRATEGIES]:
             other = [held.copy() for held in counts]
             other[r][d] = 0
             other[r][d, j] = 1

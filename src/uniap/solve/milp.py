@@ -159,7 +159,8 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
             if phase == "bound" and bound < cutoff:  # solved later, in the order of its exact bound
                 exact, contents = group_bound(program, folded(), contents=True)
                 bound = max(bound, exact)
-                plan, value = (None, math.inf) if contents is None else chain_plan(program, folded(), contents)
+                plan, value = (None, math.inf) if contents is None else \
+                    chain_plan(program, folded(), contents, bound * (1 + OPTIMAL_RTOL))
                 found = None if value >= cutoff else _solution(plan, value, bound, started, solver)
                 if found is not None and found.optimal:  # a plan attains it: optimal, no MILP
                     return Outcome(found, "optimal")
@@ -318,7 +319,7 @@ def _by_group(program, reduced, formulation, backend_cls, deadline, cutoff, know
             return "limit", max(bound, result.bound * tau), None, nearest
         bound = max(bound, result.bound * tau)
         contents = relaxation.contents(result.x)
-        direct, value = chain_plan(program, reduced, contents)
+        direct, value = chain_plan(program, reduced, contents, bound * (1 + OPTIMAL_RTOL))
         if value < nearest_value:
             nearest, nearest_value = direct, value
         plan = direct if value <= bound * (1 + OPTIMAL_RTOL) else \
