@@ -445,21 +445,21 @@ class GroupRelaxation:
 def chain_plan(program: StageProgram, reduced: Reduced, counts: list[np.ndarray],
                attained: float = 0.0) -> tuple[tuple[np.ndarray, np.ndarray] | None, float]:
     """(plan, its TPI): a plan built directly (no MILP) that holds the given group contents, or nearly; None when
-    none can be built (TPI inf). Each group cuts its layers into its v chunks one of eleven ways (`_group_cuts`): its layers
-    listed in chain order, a run's layers class by class (the most numerous class first, or last), then cut
-    where the run or the class changes (so resharding becomes a send) and then single layers off its end; single
-    layers off its end only (one long chunk); into chunks of near-equal time (what the slot term rewards); or
-    into those chunks with the lengths of a kind's swapped to hold the fewest activation bytes at the group's
-    peak (what memory rewards), the chain's single-layer ends in chunks of their own or not; or its blocks packed
-    into chunks of near-equal time (`_packed`). Chunk j is then group j mod P's next piece.
+    none can be built (TPI inf). Each group cuts its layers into its v chunks one of eleven ways (`_group_cuts`):
+    its layers listed in chain order, a run's layers class by class (the most numerous class first, or last),
+    then cut where the run or the class changes (so resharding becomes a send) and then single layers off its
+    end; single layers off its end only (one long chunk); into chunks of near-equal time (what the slot term
+    rewards); or into those chunks with the lengths of a kind's swapped to hold the fewest activation bytes at
+    the group's peak (what memory rewards), the chain's single-layer ends in chunks of their own or not; or its
+    blocks packed into chunks of near-equal time (`_packed`). Chunk j is then group j mod P's next piece.
 
     The groups choose apart: from the best plan whose groups all cut one way, each group in turn takes the cut
     that lowers the TPI with the others held, until none does or a plan's TPI is at most `attained` (a proven
     bound: nothing better exists). Plans that do not fit rank by how far their fullest group overflows. Then,
     short of `attained`, a group holding an end layer of the chain (the embedding, the head) may also run it
-    under a strategy of fewer bytes, and the descent goes on. On Nemotron-4 340B fp8 on 128 H100 (pp8·v6) the first
-    group keeps the embedding beside a block and the last puts the head alone: no single way gives both, and
-    the chunk MILP took 8.5 s to find the plan that attains the group bound. On Llama 3.1 70B on 2,048 H100
+    under a strategy of fewer bytes, and the descent goes on. On Nemotron-4 340B fp8 on 128 H100 (pp8·v6) the
+    first group keeps the embedding beside a block and the last puts the head alone: no single way gives both,
+    and the chunk MILP took 8.5 s to find the plan that attains the group bound. On Llama 3.1 70B on 2,048 H100
     (pp2·v8) the embedding strategy of the bound's contents (which prices its bytes at the least of any) fits in
     no cut; another one does."""
     P = program.pipeline_degree
@@ -515,9 +515,10 @@ def _descend(options, merit, best, rank, choice, attained: float):
 def _end_strategy_options(program: StageProgram, reduced: Reduced, counts: list[np.ndarray], d: int) -> list[list]:
     """Group d's cuts (`_group_cuts`) of its contents with an end layer of the chain it holds under each other
     strategy of that layer that no other beats in time, sync and bytes (A, G, Ms, Ma) and that holds fewer static
-    or activation bytes than the contents', the END_STRATEGIES fastest of them (the bounds give an end layer its fastest strategy and price its
-    bytes at the least of any, so only memory makes another worth trying): a layer of a run of one, identical
-    to no other layer (a group runs a stretch of identical layers under one strategy: solve.reduce)."""
+    or activation bytes than the contents', the END_STRATEGIES fastest of them (the bounds give an end layer its
+    fastest strategy and price its bytes at the least of any, so only memory makes another worth trying): a
+    layer of a run of one, identical to no other layer (a group runs a stretch of identical layers under one
+    strategy: solve.reduce)."""
     options = []
     stretched = {r for _, covering in reduced.shared() for r in covering}
     for r in sorted({0, len(reduced.runs) - 1} - stretched):
@@ -543,9 +544,9 @@ def _key(pieces: list[list[tuple]] | None) -> tuple:
 def _assemble(program: StageProgram, reduced: Reduced,
               pieces: list[list[list[tuple]] | None]) -> tuple[np.ndarray, np.ndarray] | None:
     """The plan whose chunk j is group j mod P's piece j // P (labels (run, class, strategy)), or None where a group
-    has no cut or the groups' runs do not line up along the chain this way."""
+    has no cut or an empty chunk, or the groups' runs do not line up along the chain this way."""
     P, v = program.pipeline_degree, program.virtual_stages
-    if any(group is None for group in pieces):
+    if any(group is None or not all(group) for group in pieces):
         return None
     chain = [(k * P + d, label) for k in range(v) for d in range(P) for label in pieces[d][k]]
     run_at = np.repeat(np.arange(len(reduced.runs)), [run.length for run in reduced.runs])
