@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from random_tables import assert_same_optimum, check_encode, random_program
 
-from uniap.schedules import ZERO_BUBBLE
+from uniap.schedules import INTERLEAVED, ZERO_BUBBLE
 from uniap.solve.bounds import partition_bound
 from uniap.solve.formulation import Formulation
-from uniap.solve.milp import solve
+from uniap.solve.milp import _chunk_runs, solve
 from uniap.solve.reduce import reduce_program
 from uniap.solve.reference import solve_reference
 
@@ -78,6 +78,48 @@ def test_periodic_runs_keep_the_unfolded_optimum_on_longer_chains(schedule, seed
     if plain is not None:
         assert folded.optimal and plain.optimal
         assert abs(folded.objective - plain.objective) <= 1e-6 * plain.objective
+
+
+def _chunked_case(seed: int, schedule: str):
+    """An embedding, a run repeating 2 or 3 different layers and a head, on 2–3 device groups of 2–3 chunks."""
+    rng = np.random.default_rng(60_000 + seed)
+    period = 3 if seed % 3 == 0 else 2
+    P, v = [(2, 2), (2, 3), (3, 2)][seed % 3]
+    inner = int(rng.integers(max(2 * period, P * v - 2), P * v + 3))
+    K = int(rng.integers(2, 4))
+    return random_program(seed, layers=inner + 2, strategies=K, stages=P, micro_batches=P * int(rng.integers(1, 3)),
+                          runs=[1, inner, 1], periods=[1, period, 1], virtual_stages=v, schedule=schedule,
+                          memory=float(rng.uniform(15, 60)) if rng.random() < 0.7 else None,
+                          layouts=sorted(rng.integers(0, 2, K).tolist()) if rng.random() < 0.5 else None)
+
+
+@pytest.mark.parametrize("schedule", (INTERLEAVED, ZERO_BUBBLE.name))
+@pytest.mark.parametrize("seed", range(12))
+def test_the_chunk_milp_of_an_interleaved_periodic_chain_keeps_the_reference_optimum(schedule, seed):
+    """v > 1: the chunk MILP takes the periodic runs (milp._chunk_runs), the device-group steps the plain ones;
+    the optimum is the oracle's, with and without a cut-off just above it."""
+    program = _chunked_case(seed, schedule)
+    assert _chunk_runs(program, reduce_program(program, fold=True)) is not None
+    reference = solve_reference(program)
+    assert_same_optimum(program, solve(program), reference)
+    if reference is not None:
+        assert_same_optimum(program, solve(program, cutoff=reference.objective * 1.01), reference)
+
+
+def test_a_pattern_holding_identical_layers_keeps_plain_runs_in_the_chunk_milp():
+    """A group runs a stretch of identical layers under one strategy, which phases do not say: a pattern A A B
+    leaves the chunk MILP the plain runs."""
+    program = random_program(5, layers=11, runs=[1, 9, 1], periods=[1, 3, 1], stages=2, virtual_stages=2)
+    assert _chunk_runs(program, reduce_program(program, fold=True)) is not None
+    for u in range(1, 10, 3):  # layer u + 1 made equal to layer u: the pattern is (A, A, B)
+        for table in (program.A, program.G, program.Ms, program.Ma, program.allowed):
+            table[u + 1] = table[u]
+        program.group[u + 1] = program.group[u]
+        program.R[u] = program.R[u + 2]
+        program.Rp[u] = program.Rp[u + 2]
+    runs = reduce_program(program, fold=True, periodic=True).runs
+    assert any(run.period == 3 for run in runs)
+    assert _chunk_runs(program, reduce_program(program, fold=True)) is None
 
 
 @pytest.mark.parametrize("schedule", ("gpipe", "1f1b"))
