@@ -232,7 +232,11 @@ def _chunk_runs(program: StageProgram, plain: Reduced) -> Reduced | None:
     (22,363 columns) for the whole 120 s limit, where the chunk MILP over one periodic run proves in 2 s that it
     loses (over plain runs: 24 s). None where nothing folds further, or where a pattern holds a stretch of
     identical layers: a device group runs such a stretch under one strategy, which phases do not say."""
-    if program.virtual_stages == 1:
+    single, most = 0, 0  # a pattern of p ≥ 2 different layers seen twice is 4 or more plain runs of one layer
+    for run in plain.runs:
+        single = single + 1 if run.length == 1 else 0
+        most = max(most, single)
+    if program.virtual_stages == 1 or most < 4:
         return None
     periodic = reduce_program(program, fold=True, periodic=True)
     if len(periodic.runs) == len(plain.runs):
