@@ -5,7 +5,8 @@ cut loop around it: solve, turn the point into a plan, and if a segment's transi
 connectivity cuts and solve again, for a plan better than the repaired one. An interleaved program is first bounded
 by dynamic programming over its device groups (group_bound.py), then solved by device group
 (group_relaxation.py): its optimum bounds every plan, and when a plan with those group contents attains it, that
-plan is optimal without the chunk MILP's branching through near-equal chunk splits. SCIP gets
+plan is optimal without the chunk MILP's branching through near-equal chunk splits (where a repeating pattern
+of different layers folds only in the chunk MILP, that MILP is solved straight away: `_chunk_runs`). SCIP gets
 the native quadratic form (quadratic.py). Whatever the back-end, the returned objective is `evaluate` of the
 returned plan.
 """
