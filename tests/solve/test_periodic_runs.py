@@ -115,7 +115,7 @@ def test_a_pattern_holding_identical_layers_keeps_plain_runs_in_the_chunk_milp()
         for table in (program.A, program.G, program.Ms, program.Ma, program.allowed):
             table[u + 1] = table[u]
         program.group[u + 1] = program.group[u]
-        program.R[u] = program.R[u + 2]
+        program.R[u] = program.R[u + 2]  # the edge A → A priced as B → A: the plain runs see A A as one run
         program.Rp[u] = program.Rp[u + 2]
     runs = reduce_program(program, fold=True, periodic=True).runs
     assert any(run.period == 3 for run in runs)
