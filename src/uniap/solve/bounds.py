@@ -110,15 +110,13 @@ def partition_bound(program: StageProgram, cutoff: float | None = None) -> float
     least_layer = np.array([least.min() for least in least_phase])
     depth = [min(run.length, L - P + 1) for run in runs]  # most layers of a run one stage may hold
     if cutoff is not None and c > 1:
-        least_total = sum(float(least @ np.asarray(run.phase_counts())) for least, run in zip(least_phase, runs))
+        least_total = sum(float(least @ run.phase_counts()) for least, run in zip(least_phase, runs))
         budget = (cutoff - least_total) / (c - 1)
         if budget <= 0:
             return float(cutoff)
         depth = [d if a <= 0 else min(d, math.ceil(budget / a)) for d, a in zip(depth, least_layer)]
-    run_of = np.repeat(np.arange(len(runs)), [run.length for run in runs])
-
     def kept_at(u: int) -> np.ndarray:  # the strategies kept for layer u (those of its phase)
-        run = runs[run_of[u]]
+        run = runs[reduced.run_of[u]]
         return run.keep[run.phase == (u - run.first) % run.period]
 
     send = np.zeros(L)  # send[u]: cheapest send across a boundary just before layer u ≥ 1

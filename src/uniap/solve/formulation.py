@@ -560,7 +560,7 @@ class Formulation:
                 x[self.l[r][i, seg[-1]]] = 1.0
                 np.add.at(x, self.t[r][i, seg[:-1], seg[1:]], 1.0)
                 x[self.y[r][i, np.unique(seg)]] = 1.0
-        run_of = np.repeat(np.arange(len(runs)), [run.length for run in runs])
+        run_of = self.reduced.run_of
         for u in range(program.layers - 1):
             r, i, i2 = run_of[u], stage_of[u], stage_of[u + 1]
             c, c2 = layer_class[u], layer_class[u + 1]
@@ -639,7 +639,7 @@ def _fits(program: StageProgram, reduced: Reduced, r: int) -> np.ndarray:
     big-Ms for the 'segment non-empty' and 'class used' rows."""
     P, L = program.stages, program.layers
     run = reduced.runs[r]
-    most = np.minimum(np.asarray(run.phase_counts())[run.phase], L - P + 1).astype(float)[None, :]
+    most = np.minimum(run.phase_counts()[run.phase], L - P + 1).astype(float)[None, :]
     per_layer = (reduced.kept(r, reduced.Ms)[None, :]
                  + np.asarray(program.inflight, dtype=float)[:, None] * reduced.kept(r, reduced.Ma)[None, :])
     with np.errstate(divide="ignore"):

@@ -549,8 +549,7 @@ def _assemble(program: StageProgram, reduced: Reduced,
     if any(group is None or not all(group) for group in pieces):
         return None
     chain = [(k * P + d, label) for k in range(v) for d in range(P) for label in pieces[d][k]]
-    run_at = np.repeat(np.arange(len(reduced.runs)), [run.length for run in reduced.runs])
-    if len(chain) != program.layers or any(label[0] != run_at[u] for u, (_, label) in enumerate(chain)):
+    if len(chain) != program.layers or any(label[0] != reduced.run_of[u] for u, (_, label) in enumerate(chain)):
         return None
     return np.array([j for j, _ in chain]), np.array([label[2] for _, label in chain])
 

@@ -28,6 +28,7 @@ store there.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -74,14 +75,12 @@ class Run:
         phase[self.cls] = self.phase
         return phase
 
-    def phase_counts(self, offset: int = 0, count: int | None = None) -> list[int]:
+    def phase_counts(self, offset: int = 0, count: int | None = None) -> np.ndarray:
         """How many layers of each phase the run's layers offset .. offset+count−1 hold (all of them by default):
         layers j with j ≡ τ (mod period)."""
         count = self.length - offset if count is None else count
-        if self.period == 1:
-            return [count]
-        return [(offset + count - 1 - tau) // self.period - (offset - 1 - tau) // self.period
-                for tau in range(self.period)]
+        tau = np.arange(self.period)
+        return (offset + count - 1 - tau) // self.period - (offset - 1 - tau) // self.period
 
     def follows(self) -> np.ndarray:
         """(C_r, C_r) bool: a layer of class c' can follow one of class c inside the run (its phase is next)."""
@@ -108,6 +107,11 @@ class Reduced:
         group runs such a stretch's layers under one strategy (`one_strategy_groups`)."""
         return [((first, length), [r for r, run in enumerate(self.runs) if first <= run.first < first + length])
                 for first, length in self.spans if length > 1]
+
+    @cached_property
+    def run_of(self) -> np.ndarray:
+        """(L,) the run each layer belongs to."""
+        return np.repeat(np.arange(len(self.runs)), [run.length for run in self.runs])
 
     def kept(self, r: int, table: np.ndarray) -> np.ndarray:
         """(K_r,) a per-layer table (A, G, Ms, Ma, W) at run r's kept entries."""
