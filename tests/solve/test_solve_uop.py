@@ -130,6 +130,22 @@ def test_bounds_built_in_workers_agree(monkeypatch):
     assert spawned  # the bounds (at least) were built in workers
 
 
+def test_two_candidates_waiting_for_milp_steps_go_to_the_workers():
+    """Solves are cheap bounds so far (their median says workers lose), but two candidates that can still win
+    wait for a MILP step: those take 0.05 s or 13 s with nothing to tell which beforehand, so the workers start.
+    One waiting, or two that the incumbent already beats, do not start them."""
+    state = uop._State(CANDIDATES, {}, None)
+    state.best = dataclasses.replace(uop.uniform_guess(build(CANDIDATES[0])), objective=10.0)
+    queue = [(0, 1.0, 0), (0, 2.0, 1), (0, 3.0, 2), (0, 11.0, 3)]
+    cheap = ([0.01] * 9, [0.001] * 9)
+    assert not uop._worth_workers(queue, state, *cheap, workers=2)
+    state.deferred[1] = 0.02
+    state.deferred[3] = 0.02  # beaten by the incumbent: it will be skipped
+    assert not uop._worth_workers(queue, state, *cheap, workers=2)
+    state.deferred[2] = 0.02
+    assert uop._worth_workers(queue, state, *cheap, workers=2)
+
+
 def test_nothing_feasible():
     def hopeless(candidate):
         return dataclasses.replace(build(candidate), memory_capacity=1e-3)

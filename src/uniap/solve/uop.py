@@ -64,7 +64,8 @@ SERIAL_BUDGET_S = 1.0
 """Seconds of bounding, and then of solving, done in this process before worker processes may be started for the
 rest."""
 WORKER_START_S = 0.5
-"""What starting the worker pool costs here (spawned processes importing numpy and HiGHS)."""
+"""What starting the worker pool costs here: about 0.3 s until both workers answer (spawned processes importing
+uniap and unpickling the model), and the CPU their imports take from this process."""
 TRIAL_S = 2.0
 """Seconds a plain candidate's first MILP may run. One that is not settled by then goes back in the queue after
 every candidate of its tier (keeping the plan it found, if any, as the incumbent) and is solved again with the
@@ -133,15 +134,13 @@ def _search(candidates, build, solver: str, deadline: float | None, workers: int
         state.best_index, state.best = guess
     state.report_settled()
     # Serially first: most searches settle in a few solves, and starting worker processes costs WORKER_START_S.
-    # After SERIAL_BUDGET_S of solving, what is left goes to the workers if it is worth more than that.
+    # After SERIAL_BUDGET_S of solving, what is left goes to the workers as soon as it is worth more than that.
     serial_until = math.inf if workers == 1 else time.perf_counter() + SERIAL_BUDGET_S
     solve_times: list[float] = []
     build_times: list[float] = []  # this process builds every program, for the workers too
     while queue:
-        if time.perf_counter() >= serial_until:
-            if _worth_workers(queue, state, solve_times, build_times, workers):
-                break
-            serial_until = math.inf
+        if time.perf_counter() >= serial_until and _worth_workers(queue, state, solve_times, build_times, workers):
+            break
         tier_of, bound, index = queue.pop(0)
         if state.skip(index, bound, deadline):
             continue
@@ -152,11 +151,12 @@ def _search(candidates, build, solver: str, deadline: float | None, workers: int
         trial = state.trial(index, program)
         outcome = solve_outcome(program, solver=solver, time_limit=_time_limit(_left(deadline), trial),
                                 cutoff=state.cutoff(), phase=state.phase(index), known=bound)
-        solve_times.append(time.perf_counter() - solve_started)
+        seconds = time.perf_counter() - solve_started
+        solve_times.append(seconds)
         entry = (tier_of, bound, index)
-        if not (state.retry(queue, entry, outcome, solve_times[-1], trial, deadline)
-                or state.defer(queue, entry, outcome, solve_times[-1])):
-            state.settle(index, bound, outcome, solve_times[-1] + state.deferred.get(index, 0.0))
+        if not (state.retry(queue, entry, outcome, seconds, trial, deadline)
+                or state.defer(queue, entry, outcome, seconds)):
+            state.settle(index, bound, outcome, seconds + state.deferred.get(index, 0.0))
     if queue:
         _parallel(queue, build, state, solver, deadline, pool)
     ordered = [records[i] for i in range(len(candidates))]
@@ -170,7 +170,8 @@ candidate's cost GPT-1T's search on 3,072 A100 0.7 s; none at all cost Llama 3 4
 PARALLEL_BOUNDS_S = 4.0
 """Seconds of building and bounding still to do (at the rate of the first second) from which the rest is handed
 to worker processes, a share each: DeepSeek-V3 on 2,048 H800 has 1,044 candidates whose pricing alone took 28 s in
-one process. Spawning the workers and their imports take 1.5–2.5 s here, so a search with less to do, or with less
+one process. The pool starts in about 0.3 s here (spawned processes importing uniap and unpickling the model),
+but each worker then prices its share without this process's cache, so a search with less to do, or with less
 time left before its deadline than that, bounds them all here."""
 
 
@@ -302,22 +303,28 @@ def _picklable(*objects) -> bool:
 
 def _worth_workers(queue, state: "_State", solve_times: list[float], build_times: list[float],
                    workers: int) -> bool:
-    """Would `workers` processes save more than starting them costs? The candidates left that can still beat the
-    incumbent, at the median solve time so far (one long solve of the winner says little of the rest), shared by
-    the workers instead of solved one after the other. This process still builds (and sends) every program, so
-    only what a solve takes beyond its build can run beside it: where solves are cheap bounds, workers lose."""
+    """Would `workers` processes save more than starting them costs? Yes where two or more of the candidates left
+    that can still beat the incumbent wait for a MILP step (`PHASES` after the bound, or a trial retried):
+    their times are heavy-tailed (0.05 s to 13 s on Nemotron-4 340B's searches, with nothing to tell which
+    beforehand), and the pool starts in about 0.3 s. Otherwise, the candidates left at the median solve time so
+    far (one long solve of the winner says little of the rest), shared by the workers instead of solved one
+    after the other. This process still builds (and sends) every program, so only what a solve takes beyond its
+    build can run beside it: where solves are cheap bounds, workers lose."""
     cutoff = state.cutoff()
-    left = sum(1 for entry in queue if cutoff is None or entry[1] < cutoff)
+    left = [index for _, bound, index in queue if cutoff is None or bound < cutoff]
+    if sum(index in state.deferred for index in left) >= 2:
+        return True
     typical = float(np.median(solve_times)) if solve_times else 0.0
     beside = max(typical - (float(np.median(build_times)) if build_times else 0.0), 0.0)
-    return left * beside * (1 - 1 / workers) > WORKER_START_S
+    return len(left) * beside * (1 - 1 / workers) > WORKER_START_S
 
 
 def _parallel(queue, build, state: "_State", solver: str, deadline: float | None, workers: _Workers) -> None:
     """Keep one solve per worker in flight, each cut off at the incumbent of the moment it starts. A candidate of a
-    higher tier waits until every solve of a lower tier has settled, so it starts with their incumbent, and a
-    deferred one until every solve in flight has (they come in the order of their bounds, and most are skipped
-    once the first is solved). Each worker builds the programs it solves when `build` can be sent to it (its own
+    higher tier waits until every solve of a lower tier has settled, so it starts with their incumbent. A deferred
+    one starts beside the solves in flight: they may yet skip it, but its core would idle otherwise (until 8
+    December it waited for them, and on Nemotron-4 340B on 128 H100 a 7 s device-group and chunk MILP then
+    followed the winner's 13 s chunk MILP instead of running beside it: 22 s, now 16 s). Each worker builds the programs it solves when `build` can be sent to it (its own
     cache then serves the candidates it gets; programs are megabytes to send); otherwise this process builds them."""
     pending = list(queue)
     pool = workers.get()
@@ -327,8 +334,6 @@ def _parallel(queue, build, state: "_State", solver: str, deadline: float | None
         while pending and len(running) < workers.workers:
             if running and pending[0][0] > max(entry[3] for entry in running.values()):
                 break  # the next tier waits for the incumbent of this one
-            if running and pending[0][2] in state.deferred:
-                break  # a deferred candidate's MILPs are long: the solves before it may well skip it
             tier, bound, index = pending.pop(0)
             if state.skip(index, bound, deadline):
                 continue
