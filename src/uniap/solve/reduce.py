@@ -262,14 +262,11 @@ def _layout_classes(allowed, first, length, period, phase, ok, R, Rp) -> np.ndar
         out.append((first + phase, np.flatnonzero(ok[first + phase + 1])))
     if (length - 1) % period == phase and last + 1 < L:
         out.append((last, np.flatnonzero(ok[last + 1])))
-    signature: dict[bytes, int] = {}
-    cls = np.empty(len(allowed), dtype=int)
-    for j, k in enumerate(allowed):
-        parts = [t[edge][other, k] for t in (R, Rp) for edge, other in into]
-        parts += [t[edge][k, other] for t in (R, Rp) for edge, other in out]
-        key = np.concatenate(parts).tobytes() if parts else b""
-        cls[j] = signature.setdefault(key, len(signature))
-    return cls
+    parts = [t[edge][np.ix_(other, allowed)].T for t in (R, Rp) for edge, other in into]
+    parts += [t[edge][np.ix_(allowed, other)] for t in (R, Rp) for edge, other in out]
+    signature = np.ascontiguousarray(np.concatenate(parts, axis=1)) if parts else np.zeros((len(allowed), 0))
+    ids: dict[bytes, int] = {}  # equal bytes, equal class; ids in order of first appearance
+    return np.array([ids.setdefault(row.tobytes(), len(ids)) for row in signature], dtype=int)
 
 
 def undominated(allowed, cls, rows) -> np.ndarray:
