@@ -44,6 +44,7 @@ and GPT 1T candidates, so the UOP drops most losing interleaved candidates witho
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import partial
 from typing import NamedTuple
 
@@ -52,7 +53,7 @@ import numpy as np
 from uniap.program import StageProgram
 from uniap.schedules import FORWARD_SHARE
 from uniap.solve.program import MEMORY_RTOL, bubble_terms, least_largest_send, least_sends, split_send_hops
-from uniap.solve.one_block import one_block_relaxation
+from uniap.solve.one_block import one_block_relaxation, one_kind_of_block
 from uniap.solve.reduce import Reduced, reduce_program, undominated
 
 PROBES = 24
@@ -65,11 +66,14 @@ SYNC_STEPS = 4
 """Searches over the slots `_capped_sync` may run, each under a lower cap on the largest sync."""
 
 
-def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = None, contents: bool = False):
+def group_bound(program: StageProgram, reduced: Reduced | Callable[[], Reduced], cutoff: float | None = None,
+                contents: bool = False):
     """A lower bound on the TPI of every plan of the interleaved or zero-bubble `program`, math.inf if none fits.
-    It reads a chain of an embedding, one run of identical blocks and a head; a chain with blocks of several kinds
-    is bounded on its one-block relaxation (solve.one_block), whose contents are not the program's (counts None);
-    None for a program of one chunk per group.
+    It reads a chain of an embedding, one run of identical blocks and a head (`reduced`: the program's folded
+    runs, or a function that gives them); a chain with blocks of several kinds is bounded on its one-block
+    relaxation (solve.one_block), whose contents are not the program's (counts None), and its own runs are then
+    not needed (GPT-OSS 120B's take 0.1-0.3 s to fold, where most candidates are cut off by this bound); None
+    for a program of one chunk per group.
 
     The breakpoints are searched by interval: DP(B) never rises with B, so on [B_i, B_j] the bound is at least
     slope·B_i + DP(B_j) (`Pricing`); intervals that cannot go below the best value found (or the `cutoff`) are dropped,
@@ -82,13 +86,15 @@ def group_bound(program: StageProgram, reduced: Reduced, cutoff: float | None = 
     bound prices no resharding, so where an end layer of them reshards from its group's blocks a plan reaches it
     only with that layer alone in its chunk; the best plan built from them is still an incumbent for the search
     (with them, Nemotron-4 340B fp8 on 128 H100 holds 3.499 s after 120 s, where it held 3.606 s)."""
-    runs = reduced.runs
     P, v = program.pipeline_degree, program.virtual_stages
     if v < 2:
         return None
     split = program.split_schedule is not None
     pricing = _pricing(program)
-    if len(runs) != 3 or runs[0].length != 1 or runs[2].length != 1:
+    if one_kind_of_block(program):
+        reduced = reduced() if callable(reduced) else reduced
+        runs = reduced.runs
+    if not one_kind_of_block(program) or len(runs) != 3 or runs[0].length != 1 or runs[2].length != 1:
         relaxed = one_block_relaxation(program)
         if relaxed is None:
             return None

@@ -155,7 +155,7 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
         # contents (~0.05 s; group_bound), then their device-group MILPs (_by_group).
         if program.virtual_stages == 1:
             bound = max(bound, partition_bound(program, cutoff))
-        elif (by_group := group_bound(program, folded(), cutoff)) is not None:
+        elif (by_group := group_bound(program, folded, cutoff)) is not None:
             bound = max(bound, by_group)
             if phase == "bound" and bound < cutoff:  # solved later, in the order of its exact bound
                 exact, contents = group_bound(program, folded(), contents=True)
@@ -177,7 +177,7 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
         bound = bound if by_contents is None else max(bound, by_contents)
         if program.virtual_stages > 1 and (cutoff is None or bound < cutoff):
             # whole blocks per chunk over a level (~0.02 s), where the contents' bound charges only the work
-            by_group = group_bound(program, folded(), cutoff if phase == "bound" else None)
+            by_group = group_bound(program, folded, cutoff if phase == "bound" else None)
             bound = bound if by_group is None else max(bound, by_group)
         if phase == "bound" and by_contents is not None and (cutoff is None or bound < cutoff) \
                 and bound < math.inf:

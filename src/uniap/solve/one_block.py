@@ -27,9 +27,8 @@ def one_block_relaxation(program: StageProgram) -> StageProgram | None:
     by entry; None where the chain is already an embedding, one run of blocks and a head (or too short for
     blocks). A split backward's passes are relaxed each to its least, F, I = (1 − FORWARD_SHARE)·A − w and W = w:
     A = (least I + least W) / (1 − FORWARD_SHARE) is then at most every block's A, so F = FORWARD_SHARE·A is too."""
-    firsts, lengths = distinct_rows(program.group)
     L = program.layers
-    if L < 3 or (len(firsts) == 3 and lengths[0] == 1 and lengths[2] == 1):
+    if L < 3 or one_kind_of_block(program):
         return None
     ok = np.asarray(program.allowed)
     blocks, inner = slice(1, L - 1), slice(1, L - 2)  # the blocks, and the edges between two blocks
@@ -54,6 +53,12 @@ def one_block_relaxation(program: StageProgram) -> StageProgram | None:
         changes["A"][blocks] = (rest[blocks] + w[blocks]) / (1 - FORWARD_SHARE)
         changes["weight_gradient"] = w
     return dataclasses.replace(program, **changes)
+
+
+def one_kind_of_block(program: StageProgram) -> bool:
+    """Whether the chain is an embedding, one run of blocks of one kind and a head, by its layer groups."""
+    firsts, lengths = distinct_rows(program.group)
+    return len(firsts) == 3 and lengths[0] == 1 and lengths[2] == 1
 
 
 def _pairs(ok: np.ndarray) -> np.ndarray:
