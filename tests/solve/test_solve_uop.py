@@ -131,19 +131,17 @@ def test_bounds_built_in_workers_agree(monkeypatch):
 
 
 def test_two_candidates_waiting_for_milp_steps_go_to_the_workers():
-    """Solves are cheap bounds so far (their median says workers lose), but two candidates that can still win
-    wait for a MILP step: those take 0.05 s or 13 s with nothing to tell which beforehand, so the workers start.
-    One waiting, or two that the incumbent already beats, do not start them."""
+    """Two candidates that can still win and wait for a MILP step start the workers: those steps take 0.05 s or
+    13 s with nothing to tell which beforehand. One waiting, or two that the incumbent already beats, do not."""
     state = uop._State(CANDIDATES, {}, None)
     state.best = dataclasses.replace(uop.uniform_guess(build(CANDIDATES[0])), objective=10.0)
     queue = [(0, 1.0, 0), (0, 2.0, 1), (0, 3.0, 2), (0, 11.0, 3)]
-    cheap = ([0.01] * 9, [0.001] * 9)
-    assert not uop._worth_workers(queue, state, *cheap, workers=2)
+    assert not uop._milps_waiting(queue, state)
     state.deferred[1] = 0.02
     state.deferred[3] = 0.02  # beaten by the incumbent: it will be skipped
-    assert not uop._worth_workers(queue, state, *cheap, workers=2)
+    assert not uop._milps_waiting(queue, state)
     state.deferred[2] = 0.02
-    assert uop._worth_workers(queue, state, *cheap, workers=2)
+    assert uop._milps_waiting(queue, state)
 
 
 def test_nothing_feasible():

@@ -134,12 +134,16 @@ def _search(candidates, build, solver: str, deadline: float | None, workers: int
         state.best_index, state.best = guess
     state.report_settled()
     # Serially first: most searches settle in a few solves, and starting worker processes costs WORKER_START_S.
-    # After SERIAL_BUDGET_S of solving, what is left goes to the workers as soon as it is worth more than that.
-    serial_until = math.inf if workers == 1 else time.perf_counter() + SERIAL_BUDGET_S
+    # A search that has run SERIAL_BUDGET_S is not one of those: what is left goes to the workers as soon as two
+    # MILP steps wait, or, after SERIAL_BUDGET_S of solving, as soon as the solves' median says it is worth it.
+    solving = time.perf_counter()
     solve_times: list[float] = []
     build_times: list[float] = []  # this process builds every program, for the workers too
     while queue:
-        if time.perf_counter() >= serial_until and _worth_workers(queue, state, solve_times, build_times, workers):
+        now = time.perf_counter()
+        if workers > 1 and now >= started + SERIAL_BUDGET_S and (
+                _milps_waiting(queue, state) or
+                (now >= solving + SERIAL_BUDGET_S and _worth_workers(queue, state, solve_times, build_times, workers))):
             break
         tier_of, bound, index = queue.pop(0)
         if state.skip(index, bound, deadline):
@@ -301,22 +305,25 @@ def _picklable(*objects) -> bool:
     return True
 
 
+def _milps_waiting(queue, state: "_State") -> bool:
+    """Whether two or more of the candidates left that can still beat the incumbent wait for a MILP step (`PHASES`
+    after the bound, or a trial retried). Their times are heavy-tailed (0.05 s to 13 s on Nemotron-4 340B's
+    searches, with nothing to tell which beforehand) and the pool starts in about 0.3 s, so workers pay."""
+    cutoff = state.cutoff()
+    return sum(index in state.deferred for _, bound, index in queue if cutoff is None or bound < cutoff) >= 2
+
+
 def _worth_workers(queue, state: "_State", solve_times: list[float], build_times: list[float],
                    workers: int) -> bool:
-    """Would `workers` processes save more than starting them costs? Yes where two or more of the candidates left
-    that can still beat the incumbent wait for a MILP step (`PHASES` after the bound, or a trial retried):
-    their times are heavy-tailed (0.05 s to 13 s on Nemotron-4 340B's searches, with nothing to tell which
-    beforehand), and the pool starts in about 0.3 s. Otherwise, the candidates left at the median solve time so
-    far (one long solve of the winner says little of the rest), shared by the workers instead of solved one
-    after the other. This process still builds (and sends) every program, so only what a solve takes beyond its
-    build can run beside it: where solves are cheap bounds, workers lose."""
+    """Would `workers` processes save more than starting them costs? The candidates left that can still beat the
+    incumbent, at the median solve time so far (one long solve of the winner says little of the rest), shared by
+    the workers instead of solved one after the other. This process still builds (and sends) every program, so
+    only what a solve takes beyond its build can run beside it: where solves are cheap bounds, workers lose."""
     cutoff = state.cutoff()
-    left = [index for _, bound, index in queue if cutoff is None or bound < cutoff]
-    if sum(index in state.deferred for index in left) >= 2:
-        return True
+    left = sum(1 for entry in queue if cutoff is None or entry[1] < cutoff)
     typical = float(np.median(solve_times)) if solve_times else 0.0
     beside = max(typical - (float(np.median(build_times)) if build_times else 0.0), 0.0)
-    return len(left) * beside * (1 - 1 / workers) > WORKER_START_S
+    return left * beside * (1 - 1 / workers) > WORKER_START_S
 
 
 def _parallel(queue, build, state: "_State", solver: str, deadline: float | None, workers: _Workers) -> None:
