@@ -119,3 +119,22 @@ def test_time_limit_bounds_the_whole_search_and_says_what_it_skipped():
     full = plan_search(model, load_cluster("a100-40g:4x8"), Workload(256, 2048, "bf16"), workers=1)
     assert full.search["optimal"] and full.search["unbounded"] == 0
     assert full.predicted["iteration_time_s"] <= plan.predicted["iteration_time_s"] * (1 + 1e-9)
+
+
+def test_the_build_cache_reaches_the_workers_empty():
+    """The search's workers fill their own caches: the tables this process priced stay here, so starting the
+    pool does not pickle megabytes per worker."""
+    import pickle
+    from functools import partial
+
+    from uniap.planner import BuildCache, Candidate, build_candidate
+
+    model, cluster = load_model("gpt2-medium"), load_cluster("a100-40g:1x8")
+    build = partial(build_candidate, model=model, cluster=cluster, workload=Workload(32, model.seq_len, "bf16"), max_tp=None,
+                    cache=BuildCache())
+    program = build(Candidate(2, 4, 1, "1f1b"))
+    assert program is not None and build.keywords["cache"]
+    sent = pickle.loads(pickle.dumps(build))
+    assert isinstance(sent.keywords["cache"], BuildCache) and not sent.keywords["cache"]
+    again = sent(Candidate(2, 4, 1, "1f1b"))
+    assert (again.A == program.A).all() and sent.keywords["cache"]
