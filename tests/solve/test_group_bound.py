@@ -268,13 +268,13 @@ def _ends_and_many_blocks(seed: int):
 
 def test_each_group_cuts_its_contents_its_own_way():
     """`chain_plan` lets each group choose its cut, and its end layer's strategy: its plan is never worse than the
-    best one whose groups all cut the given contents one way, better on some chains (19 of these 60), and never
-    below the group bound. On some (3) no cut of the given contents fits, and another strategy of an end layer
-    (whose bytes the bound prices at the least of any) does."""
+    best one whose groups all cut the given contents one way, better on some chains (16 of these 60), and never
+    below the group bound. On some (14) its plan runs an end layer under a lighter strategy than the contents'
+    (the bound prices a group's bytes at one moment of the schedule; a cut must fit at every moment)."""
     from uniap.solve.group_relaxation import _assemble, _group_cuts
     from uniap.solve.program import evaluate
 
-    better = rescued = 0
+    better = lighter = 0
     for seed in range(60):
         program = _ends_and_many_blocks(seed)
         reduced = reduce_program(program, fold=True)
@@ -289,6 +289,8 @@ def test_each_group_cuts_its_contents_its_own_way():
         assert value >= bound * (1 - 1e-9)
         if plan is not None:
             assert evaluate(program, *plan) == value
+            ends = [(0, 0, 0), (len(reduced.runs) - 1, program.pipeline_degree - 1, program.layers - 1)]
+            given = [reduced.runs[r].keep[int(np.argmax(counts[r][d]))] for r, d, _ in ends]
+            lighter += any(plan[1][u] != k for (_, _, u), k in zip(ends, given))
         better += value < uniform * (1 - 1e-9)
-        rescued += uniform == math.inf and value < math.inf
-    assert better >= 5 and rescued >= 1
+    assert better >= 5 and lighter >= 3

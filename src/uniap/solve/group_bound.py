@@ -34,10 +34,9 @@ blocks in its second chunk, which holds one micro-batch.
 As a function of B each group's bound is piecewise linear with breakpoints at M_d, at the most even cut's chunk
 times and where its three terms meet (`_breakpoints`), so between breakpoints the DP's value is a minimum of linear functions (concave)
 and (c·v − 1)·B + DP(B) is least at a breakpoint, which `_least_over_slots` finds without trying them all.
-Memory: each group's bytes at the least micro-batches its chunks hold, its end layer's at the least of any
-strategy. The bound is about as strong as the
-device-group MILP without edge counts (group_relaxation.py; within 0.1 % on real tables) and, with the
-incumbent as cut-off (counts whose time alone reaches it are dropped), 4–50× cheaper: 0.01–0.05 s on llama2-70b
+Memory: each group's bytes at the least micro-batches its chunks hold (at one moment of the schedule), every
+strategy with its own bytes. The bound is about as strong as the device-group MILP without edge counts
+(group_relaxation.py; within 0.1 % on real tables) and, with the incumbent as cut-off (counts whose time alone reaches it are dropped), 4–50× cheaper: 0.01–0.05 s on llama2-70b
 and GPT 1T candidates, so the UOP drops most losing interleaved candidates without a MILP.
 """
 
@@ -101,7 +100,7 @@ def group_bound(program: StageProgram, reduced: Reduced | Callable[[], Reduced],
         bound = group_bound(relaxed, reduce_program(relaxed, fold=True), cutoff)
         return (bound, None) if contents else bound
     blocks = runs[1].length
-    kept = [_kept(reduced, run, end=r != 1) for r, run in enumerate(runs)]
+    kept = [_kept(reduced, run) for run in runs]
     ends = program.chunk_groups[[0, program.stages - 1]]  # the groups of the embedding's and the head's chunks
     kind_of = ["both" if d == ends[0] == ends[1] else "first" if d == ends[0] else "last" if d == ends[1]
                else "middle" for d in range(P)]
@@ -423,21 +422,18 @@ def _end_group_largest(t: np.ndarray, x: np.ndarray, n: np.ndarray, v: int) -> n
     return best
 
 
-def _kept(reduced: Reduced, run, end: bool) -> tuple[np.ndarray, ...]:
+def _kept(reduced: Reduced, run) -> tuple[np.ndarray, ...]:
     """(A, G, Ms, Ma, I) of the run's strategies that no other beats in all five, I the input passes of a split
-    backward ((1 − FORWARD_SHARE)·A − W; 0 otherwise): a dominated one never lowers the bound. For an end layer
-    (`end`), only those no other beats in time and sync, each with the least bytes and input pass of any kept
-    strategy: a lighter but slower one then lowers the bound no further either, and the group's choices stay few
-    (its block strategy × these). Last: their indices in run.keep."""
+    backward ((1 − FORWARD_SHARE)·A − W; 0 otherwise): a dominated one never lowers the bound. An end layer keeps
+    its strategies' own bytes too: priced at the least bytes of any, the fastest embedding of Megatron's 530B on
+    280 A100 (pp14·v4) fitted a first group that no plan fits, and the bound (38.28 s) stayed under the search's
+    incumbent (38.36 s), which the device-group MILP then took 6-12 s to prove; with them it is 39.05 s. Last:
+    their indices in run.keep."""
     inputs = np.zeros_like(reduced.A) if reduced.W is None else (1 - FORWARD_SHARE) * reduced.A - reduced.W
     tables = [table[run.first, run.keep] for table in (reduced.A, reduced.G, reduced.Ms, reduced.Ma, inputs)]
     index = np.arange(len(run.keep))
-    if not end:
-        keep = undominated(index, np.zeros(len(index), dtype=int), tables)
-        return (*(table[keep] for table in tables), np.flatnonzero(keep))
-    keep = undominated(index, np.zeros(len(index), dtype=int), tables[:2])
-    return (tables[0][keep], tables[1][keep], *(np.full(int(keep.sum()), table.min()) for table in tables[2:]),
-            np.flatnonzero(keep))
+    keep = undominated(index, np.zeros(len(index), dtype=int), tables)
+    return (*(table[keep] for table in tables), np.flatnonzero(keep))
 
 
 def _window(a, M, g, fits, levels, counts, extra) -> tuple:

@@ -460,8 +460,8 @@ def chain_plan(program: StageProgram, reduced: Reduced, counts: list[np.ndarray]
     under a strategy of fewer bytes, and the descent goes on. On Nemotron-4 340B fp8 on 128 H100 (pp8·v6) the
     first group keeps the embedding beside a block and the last puts the head alone: no single way gives both,
     and the chunk MILP took 8.5 s to find the plan that attains the group bound. On Llama 3.1 70B on 2,048 H100
-    (pp2·v8) the embedding strategy of the bound's contents (which prices its bytes at the least of any) fits in
-    no cut; another one does."""
+    (pp2·v8) the embedding strategy of the bound's contents (which prices the group's bytes at one moment of the
+    schedule) fits in no cut; another one does."""
     P = program.pipeline_degree
     options = [[_group_cuts(program, reduced, counts, d)] for d in range(P)]
 
@@ -515,8 +515,8 @@ def _descend(options, merit, best, rank, choice, attained: float):
 def _end_strategy_options(program: StageProgram, reduced: Reduced, counts: list[np.ndarray], d: int) -> list[list]:
     """Group d's cuts (`_group_cuts`) of its contents with an end layer of the chain it holds under each other
     strategy of that layer that no other beats in time, sync and bytes (A, G, Ms, Ma) and that holds fewer static
-    or activation bytes than the contents', the END_STRATEGIES fastest of them (the bounds give an end layer its
-    fastest strategy and price its bytes at the least of any, so only memory makes another worth trying): a
+    or activation bytes than the contents', the END_STRATEGIES fastest of them (the bounds price a group's bytes
+    at one moment of the schedule, so a cut may need a lighter end layer than their contents hold): a
     layer of a run of one, identical to no other layer (a group runs a stretch of identical layers under one
     strategy: solve.reduce)."""
     options = []
