@@ -36,8 +36,9 @@ times and where its three terms meet (`_breakpoints`), so between breakpoints th
 and (c·v − 1)·B + DP(B) is least at a breakpoint, which `_least_over_slots` finds without trying them all.
 Memory: each group's bytes at the least micro-batches its chunks hold (at one moment of the schedule), every
 strategy with its own bytes. The bound is about as strong as the device-group MILP without edge counts
-(group_relaxation.py; within 0.1 % on real tables) and, with the incumbent as cut-off (counts whose time alone reaches it are dropped), 4–50× cheaper: 0.01–0.05 s on llama2-70b
-and GPT 1T candidates, so the UOP drops most losing interleaved candidates without a MILP.
+(group_relaxation.py; within 0.1 % on real tables) and, with the incumbent as cut-off (counts whose time alone
+reaches it are dropped), 4–50× cheaper: 0.01–0.05 s on llama2-70b and GPT 1T candidates, so the UOP drops most
+losing interleaved candidates without a MILP.
 """
 
 from __future__ import annotations
@@ -90,10 +91,11 @@ def group_bound(program: StageProgram, reduced: Reduced | Callable[[], Reduced],
         return None
     split = program.split_schedule is not None
     pricing = _pricing(program)
-    if one_kind_of_block(program):
+    one_kind = one_kind_of_block(program)
+    if one_kind:
         reduced = reduced() if callable(reduced) else reduced
         runs = reduced.runs
-    if not one_kind_of_block(program) or len(runs) != 3 or runs[0].length != 1 or runs[2].length != 1:
+    if not one_kind or len(runs) != 3 or runs[0].length != 1 or runs[2].length != 1:
         relaxed = one_block_relaxation(program)
         if relaxed is None:
             return None

@@ -61,8 +61,9 @@ PHASES = ("bound", "relaxation", "chunks")
 """The steps of an interleaved candidate's solve, each after the candidates whose bounds are lower have been
 settled (solve.milp.solve_outcome; a plain candidate is solved whole in the first)."""
 SERIAL_BUDGET_S = 1.0
-"""Seconds of bounding, and then of solving, done in this process before worker processes may be started for the
-rest."""
+"""Seconds of bounding done in this process before worker processes may take the rest; then seconds of the
+whole search before waiting MILP steps may start them (`_milps_waiting`), and of solving before the solves'
+median may (`_worth_workers`)."""
 WORKER_START_S = 0.5
 """What starting the worker pool costs here: about 0.3 s until both workers answer (spawned processes importing
 uniap and unpickling the model), and the CPU their imports take from this process."""
@@ -331,8 +332,9 @@ def _parallel(queue, build, state: "_State", solver: str, deadline: float | None
     higher tier waits until every solve of a lower tier has settled, so it starts with their incumbent. A deferred
     one starts beside the solves in flight: they may yet skip it, but its core would idle otherwise (until 8
     December it waited for them, and on Nemotron-4 340B on 128 H100 a 7 s device-group and chunk MILP then
-    followed the winner's 13 s chunk MILP instead of running beside it: 22 s, now 16 s). Each worker builds the programs it solves when `build` can be sent to it (its own
-    cache then serves the candidates it gets; programs are megabytes to send); otherwise this process builds them."""
+    followed the winner's 13 s chunk MILP instead of running beside it: 22 s, now 16 s). Each worker builds the
+    programs it solves when `build` can be sent to it (its own cache then serves the candidates it gets; programs
+    are megabytes to send); otherwise this process builds them."""
     pending = list(queue)
     pool = workers.get()
     remote = workers.remote
