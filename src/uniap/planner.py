@@ -89,6 +89,13 @@ class BuildCache(dict):
         return (BuildCache, ())
 
 
+def candidate_builder(model: ModelSpec, cluster: ClusterSpec, workload: Workload, max_tp: int | None,
+                      max_cp: int | None = None):
+    """`build_candidate` for one search: candidate → its program (or None), with a cache of its own."""
+    return partial(build_candidate, model=model, cluster=cluster, workload=workload, max_tp=max_tp,
+                   cache=BuildCache(), max_cp=max_cp)
+
+
 def build_candidate(candidate: Candidate, model: ModelSpec, cluster: ClusterSpec, workload: Workload,
                     max_tp: int | None, cache: dict | None = None, max_cp: int | None = None) -> StageProgram | None:
     """Tables of one (P, c, v), or None when no strategy can split its micro-batch. `cache`, a dict the caller
@@ -190,8 +197,7 @@ def plan_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, s
         raise UniapError(f"--max-virtual-stages must be >= 1, got {max_virtual_stages}")
     started = time.perf_counter()
     cands = candidates(model, cluster, workload, schedules, max_virtual_stages)
-    build = partial(build_candidate, model=model, cluster=cluster, workload=workload, max_tp=max_tp,
-                    cache=BuildCache(), max_cp=max_cp)
+    build = candidate_builder(model, cluster, workload, max_tp, max_cp)
     result = search(cands, build, solver=solver, time_limit=time_limit, workers=workers, progress=progress)
     if result.solution is None:
         raise UniapError(_no_plan_message(cands, build, cluster))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from functools import partial
 
 from uniap.plans import Plan
 
@@ -42,14 +41,13 @@ def runner_ups(model, cluster, workload, chosen: Plan, intervals, *, schedule: s
     `search_ranked_first` naming the search's plan), and the search's plan a runner-up. Not under an engine's
     rules: the runner-ups are the free search's."""
     from uniap.estimate import make_plan, predict
-    from uniap.planner import BuildCache, build_candidate, candidates, stage_strategies
+    from uniap.planner import candidate_builder, candidates, stage_strategies
     from uniap.schedules import searched_schedules
     from uniap.solve.uop import search
     from uniap.views import describe
 
     cands = candidates(model, cluster, workload, searched_schedules(schedule), max_virtual_stages)
-    build = partial(build_candidate, model=model, cluster=cluster, workload=workload, max_tp=max_tp,
-                    cache=BuildCache(), max_cp=max_cp)
+    build = candidate_builder(model, cluster, workload, max_tp, max_cp)
     mine = (chosen.pipeline.degree, chosen.pipeline.micro_batches, chosen.virtual_stages, chosen.pipeline.schedule)
     deadline = time.perf_counter() + float(time_limit)
     found, complete = [], True

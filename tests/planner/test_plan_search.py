@@ -125,13 +125,11 @@ def test_the_build_cache_reaches_the_workers_empty():
     """The search's workers fill their own caches: the tables this process priced stay here, so starting the
     pool does not pickle megabytes per worker."""
     import pickle
-    from functools import partial
 
-    from uniap.planner import BuildCache, Candidate, build_candidate
+    from uniap.planner import BuildCache, Candidate, candidate_builder
 
-    model, cluster = load_model("gpt2-medium"), load_cluster("a100-40g:1x8")
-    build = partial(build_candidate, model=model, cluster=cluster, workload=Workload(32, model.seq_len, "bf16"), max_tp=None,
-                    cache=BuildCache())
+    model = load_model("gpt2-medium")
+    build = candidate_builder(model, load_cluster("a100-40g:1x8"), Workload(32, model.seq_len, "bf16"), None)
     program = build(Candidate(2, 4, 1, "1f1b"))
     assert program is not None and build.keywords["cache"]
     sent = pickle.loads(pickle.dumps(build))

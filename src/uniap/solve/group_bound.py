@@ -431,8 +431,9 @@ def _kept(reduced: Reduced, run) -> tuple[np.ndarray, ...]:
     280 A100 (pp14·v4) fitted a first group that no plan fits, and the bound (38.28 s) stayed under the search's
     incumbent (38.36 s), which the device-group MILP then took 6-12 s to prove; with them it is 39.05 s. Last:
     their indices in run.keep."""
-    inputs = np.zeros_like(reduced.A) if reduced.W is None else (1 - FORWARD_SHARE) * reduced.A - reduced.W
-    tables = [table[run.first, run.keep] for table in (reduced.A, reduced.G, reduced.Ms, reduced.Ma, inputs)]
+    tables = [table[run.first, run.keep] for table in (reduced.A, reduced.G, reduced.Ms, reduced.Ma)]
+    tables.append(np.zeros(len(run.keep)) if reduced.W is None else
+                  (1 - FORWARD_SHARE) * tables[0] - reduced.W[run.first, run.keep])
     index = np.arange(len(run.keep))
     keep = undominated(index, np.zeros(len(index), dtype=int), tables)
     return (*(table[keep] for table in tables), np.flatnonzero(keep))

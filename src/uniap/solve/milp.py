@@ -158,7 +158,7 @@ def solve_outcome(program: StageProgram, solver: str = "highs", time_limit: floa
         elif (by_group := group_bound(program, folded, cutoff)) is not None:
             bound = max(bound, by_group)
             if phase == "bound" and bound < cutoff:  # solved later, in the order of its exact bound
-                exact, contents = group_bound(program, folded(), contents=True)
+                exact, contents = group_bound(program, folded, contents=True)
                 bound = max(bound, exact)
                 plan, value = (None, math.inf) if contents is None else \
                     chain_plan(program, folded(), contents, bound * (1 + OPTIMAL_RTOL))
